@@ -1,0 +1,97 @@
+"""Provider-neutral language-model request and response types (the model port's vocabulary)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from om_lib.messages import Message
+
+Purpose = Literal['observer', 'reflector', 'actor', 'title']
+
+
+@dataclass(frozen=True)
+class InlineBlob:
+    """Binary content sent inline with a request (an image the Observer should see)."""
+
+    mime_type: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class FunctionCall:
+    """A tool call the model asked for."""
+
+    name: str
+    args: dict[str, Any]
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class FunctionResponse:
+    """A tool result handed back to the model."""
+
+    name: str
+    response: dict[str, Any]
+    id: str | None = None
+
+
+ContentPart = str | InlineBlob | FunctionCall | FunctionResponse
+
+
+@dataclass(frozen=True)
+class Content:
+    """One turn of the conversation sent to the model. `role` is 'user' or 'model' (Gemini's vocabulary)."""
+
+    role: Literal['user', 'model']
+    parts: tuple[ContentPart, ...]
+
+
+@dataclass(frozen=True)
+class FunctionDeclaration:
+    """A tool the model may call; `parameters` is a JSON Schema object."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """Everything one generate call needs.
+
+    `source_messages` / `source_observations` carry the structured input the prompt was built from. Real providers
+    ignore them; the offline model reads them instead of re-parsing prompt text.
+    """
+
+    purpose: Purpose
+    system: str
+    contents: tuple[Content, ...]
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    thinking_budget: int | None = None
+    tools: tuple[FunctionDeclaration, ...] = ()
+    source_messages: tuple[Message, ...] = ()
+    source_observations: str = ''
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token usage the provider reported (0 when unknown)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    """A usable model answer: text and/or function calls."""
+
+    text: str
+    model: str
+    function_calls: tuple[FunctionCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str | None = None

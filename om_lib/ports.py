@@ -1,0 +1,143 @@
+"""The small interfaces om_lib talks to the world through. Adapters implement them; the domain never imports an SDK."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from om_lib.llm import ModelRequest, ModelResponse
+from om_lib.messages import Message
+from om_lib.records import OMRecord, Thread
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Wall-clock time (UTC) and a monotonic clock for deadlines. Injectable so tests control time."""
+
+    def now(self) -> datetime:
+        """Current UTC time, timezone-aware."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes backwards."""
+        ...
+
+
+@runtime_checkable
+class StringTokenizer(Protocol):
+    """Counts tokens of plain text (o200k in production)."""
+
+    version: str
+
+    def count(self, text: str) -> int:
+        """Number of tokens of `text`; 0 for ''."""
+        ...
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    """One provider's models (`google`, `offline`). Routing, fallbacks and retries live in om_lib.model_router."""
+
+    def generate(self, model_id: str, request: ModelRequest, *, timeout_s: float) -> ModelResponse:
+        """Run one generation with `model_id` (the part after `provider/`).
+
+        Not idempotent (each call is a new generation). Must return within `timeout_s` seconds, its own retries
+        included. Raises ModelUnavailableError (transient: 408/429/5xx, timeouts, network), ModelRequestError
+        (permanent: 4xx), or ModelOutputError (empty, blocked or unusable answer).
+        """
+        ...
+
+
+@runtime_checkable
+class BlobReader(Protocol):
+    """Reads stored attachments (`s3://` URLs) back, for sending images to a model inline."""
+
+    def read(self, url: str, *, max_bytes: int) -> bytes | None:
+        """The object's bytes, or None when it is missing, not ours to read, or larger than `max_bytes`."""
+        ...
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """What `append_messages` did: the thread (created if new) and every message as stored (with `seq`)."""
+
+    thread: Thread
+    messages: tuple[Message, ...]
+    created_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MessagePage:
+    """A page of messages in `seq` order."""
+
+    messages: tuple[Message, ...]
+    has_more: bool
+
+
+class MemoryStore(Protocol):
+    """Threads, messages and OM records. Every method keeps one resource's data apart from another's."""
+
+    def append_messages(
+        self, resource_id: str, thread_id: str, messages: Sequence[Message], *, now: datetime
+    ) -> AppendResult:
+        """Store messages in the thread, creating the thread (owned by `resource_id`) if it does not exist.
+
+        Idempotent per message id: an id already stored with the same `content_hash()` is returned as stored and not
+        written again. New messages get increasing `seq` numbers in the order given. Messages are stored with their
+        token-count cache as given. Raises ThreadNotFoundError when the thread belongs to another resource and
+        MessageConflictError when an id is stored with other content; in both cases nothing is written.
+        """
+        ...
+
+    def get_thread(self, resource_id: str, thread_id: str) -> Thread | None:
+        """The thread, or None when it does not exist or belongs to another resource."""
+        ...
+
+    def update_thread(self, thread: Thread) -> Thread:
+        """Replace a thread's title, metadata and hints (last write wins; `updated_at` is the caller's).
+
+        Raises ThreadNotFoundError if the thread is gone (erased) or belongs to another resource.
+        """
+        ...
+
+    def list_messages(
+        self,
+        resource_id: str,
+        thread_id: str,
+        *,
+        after_seq: int = 0,
+        before_seq: int | None = None,
+        limit: int = 100,
+        newest_first: bool = False,
+    ) -> MessagePage:
+        """Messages with `after_seq < seq < before_seq`, oldest first (or newest first), at most `limit` of them.
+
+        Reads only the requested range, never the whole history. An unknown thread gives an empty page.
+        """
+        ...
+
+    def get_record(self, key: str) -> OMRecord | None:
+        """The head (newest generation) of a key, or None."""
+        ...
+
+    def put_record(self, record: OMRecord, *, expected_version: int | None) -> OMRecord:
+        """Write the head of `record.key` and return it with `version` bumped by one.
+
+        `expected_version=None` creates the key's first record and fails if one exists; otherwise the write succeeds
+        only if the stored head still has that version and the same generation. Raises VersionConflictError on a lost
+        race (nothing written) and ErasedError when the key's thread or resource was erased.
+        """
+        ...
+
+    def put_generation(self, new: OMRecord, *, expected_version: int) -> OMRecord:
+        """Make `new` (generation = head's + 1) the head, keeping the old head readable as history.
+
+        Conditional on the current head's `version`; raises VersionConflictError if it moved, ErasedError if erased.
+        """
+        ...
+
+    def list_generations(self, key: str, *, limit: int = 10) -> list[OMRecord]:
+        """Generations of a key, newest first."""
+        ...

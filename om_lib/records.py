@@ -1,0 +1,131 @@
+"""Stored state of observational memory: threads, OM records (one head per key, older generations kept),
+observation groups and buffered chunks.
+
+Cursors are message sequence numbers (the server's arrival order), never client clocks: `cursors[thread_id]` is the
+highest `seq` of that thread that the record has observed. Thread scope has one entry; resource scope one per
+thread, so a thread's progress moves only when its own observation commits.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Scope = Literal['thread', 'resource']
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra='ignore')
+
+
+class Thread(_Model):
+    """A conversation, owned by exactly one resource."""
+
+    id: str
+    resource_id: str
+    title: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    # Continuation hints written by the Observer (thread records carry them in both scopes, seed 004).
+    current_task: str | None = None
+    suggested_response: str | None = None
+
+
+class Lease(_Model):
+    """An in-flight flag that expires, so a crashed worker never leaves a record stuck."""
+
+    owner: str
+    expires_at: datetime
+
+    def active(self, now: datetime) -> bool:
+        """True while the lease has not expired."""
+        return now < self.expires_at
+
+
+class ObservationGroup(_Model):
+    """Which messages one block of observations came from (kept for deletion, cloning and recall)."""
+
+    id: str
+    thread_id: str
+    start_id: str
+    end_id: str
+    start_seq: int
+    end_seq: int
+    created_at: datetime
+    kind: Literal['observation', 'reflection'] = 'observation'
+
+
+class BufferedChunk(_Model):
+    """Observations computed in the background and not yet shown to the Actor."""
+
+    id: str
+    cycle_id: str
+    thread_id: str
+    observations: str
+    token_count: int
+    message_ids: tuple[str, ...]
+    message_tokens: int
+    start_seq: int
+    end_seq: int
+    last_observed_at: datetime
+    created_at: datetime
+    current_task: str | None = None
+    suggested_response: str | None = None
+    thread_title: str | None = None
+
+
+def record_key(scope: Scope, resource_id: str, thread_id: str | None) -> str:
+    """The lookup key of a record: `thread:<resource>/<thread>` or `resource:<resource>`."""
+    if scope == 'resource':
+        return f'resource:{resource_id}'
+    if not thread_id:
+        raise ValueError("observational memory (scope: 'thread') requires a threadId")
+    return f'thread:{resource_id}/{thread_id}'
+
+
+class OMRecord(_Model):
+    """One generation of a key's observational memory. The head (highest generation) is the live one."""
+
+    id: str
+    key: str
+    scope: Scope
+    resource_id: str
+    thread_id: str | None
+    generation: int = 0
+    origin: Literal['initial', 'reflection'] = 'initial'
+    created_at: datetime
+    updated_at: datetime
+    # Optimistic lock: every write of the head is conditional on this value; stores bump it.
+    version: int = 0
+
+    active_observations: str = ''
+    observation_tokens: int = 0
+    total_tokens_observed: int = 0
+    pending_message_tokens: int = 0
+    cursors: dict[str, int] = Field(default_factory=dict)
+    last_observed_at: datetime | None = None
+    groups: tuple[ObservationGroup, ...] = ()
+
+    buffered_chunks: tuple[BufferedChunk, ...] = ()
+    last_buffered_at_tokens: int = 0
+    buffered_reflection: str | None = None
+    buffered_reflection_tokens: int | None = None
+    buffered_reflection_input_tokens: int | None = None
+    reflected_line_count: int | None = None
+
+    observing: Lease | None = None
+    reflecting: Lease | None = None
+    buffering_observation: Lease | None = None
+    buffering_reflection: Lease | None = None
+
+    # Backoff after a reflection that could not shrink the log: the observation-token count it left behind.
+    # Threshold-triggered reflection is skipped while the count is unchanged (spec §12.9, reference #14109).
+    reflection_stalled_at_tokens: int | None = None
+    observed_timezone: str = 'UTC'
+
+    def cursor(self, thread_id: str) -> int:
+        """The last observed `seq` of a thread (0 when nothing was observed)."""
+        return self.cursors.get(thread_id, 0)
