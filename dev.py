@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Bootstrap and run: needs only python3 (3.11+). Creates .venv, installs the project, then runs a command.
+
+    python3 dev.py demo     # the local demo (offline model unless GEMINI_API_KEY is set)
+    python3 dev.py test     # the whole test suite (pytest)
+    python3 dev.py om ...   # any `om` command inside the environment
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / '.venv'
+BIN = VENV / ('Scripts' if os.name == 'nt' else 'bin')
+STAMP = VENV / '.installed'
+
+
+def _requirements_digest() -> str:
+    return hashlib.sha256((ROOT / 'pyproject.toml').read_bytes()).hexdigest()
+
+
+def ensure_env() -> None:
+    """Create the virtualenv and install the project (editable, with dev and infra extras) when needed."""
+    if sys.version_info < (3, 11):
+        sys.exit(f'python 3.11 or newer is required (this is {sys.version.split()[0]})')
+    if not (BIN / 'python').exists():
+        print('creating .venv ...', flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    digest = _requirements_digest()
+    if STAMP.exists() and STAMP.read_text() == digest:
+        return
+    print('installing the project and its dependencies into .venv ...', flush=True)
+    pip = [str(BIN / 'python'), '-m', 'pip', 'install', '--quiet', '--disable-pip-version-check']
+    subprocess.run([*pip, '--upgrade', 'pip'], check=True)
+    subprocess.run([*pip, '-e', f'{ROOT}[dev,infra]'], check=True)
+    STAMP.write_text(digest)
+
+
+def main(argv: list[str]) -> int:
+    """Dispatch `demo`, `test` or `om ...` inside the project environment."""
+    if not argv or argv[0] in {'-h', '--help'}:
+        print(__doc__)
+        return 0
+    ensure_env()
+    command, rest = argv[0], argv[1:]
+    if command == 'test':
+        return subprocess.call([str(BIN / 'python'), '-m', 'pytest', *rest], cwd=ROOT)
+    if command == 'demo':
+        return subprocess.call([str(BIN / 'om'), 'demo', *rest], cwd=ROOT)
+    if command == 'om':
+        return subprocess.call([str(BIN / 'om'), *rest], cwd=ROOT)
+    print(f'unknown command {command!r}; use demo, test or om', file=sys.stderr)
+    return 2
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,195 @@
+"""`InMemoryStore`: the reference implementation of `MemoryStore`, for unit tests and single-process local runs.
+
+It is the behaviour every other store must match (the conformance suite under tests/ runs against each).
+A single lock makes every method atomic, which is what DynamoDB's single-item conditional writes give per item.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+
+from om_lib.errors import ErasedError, MessageConflictError, ThreadNotFoundError, VersionConflictError
+from om_lib.messages import Message
+from om_lib.ports import AppendResult, MessagePage
+from om_lib.records import OMRecord, Thread
+
+
+class _ThreadData:
+    def __init__(self, thread: Thread) -> None:
+        self.thread = thread
+        self.by_id: dict[str, Message] = {}
+        self.hashes: dict[str, str] = {}
+        self.ordered: list[Message] = []  # seq order
+        self.next_seq = 1
+
+
+class InMemoryStore:
+    """Threads, messages and OM records in process memory."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._threads: dict[str, _ThreadData] = {}
+        # key -> generations, oldest first; the last one is the head.
+        self._records: dict[str, list[OMRecord]] = {}
+        self._erased_keys: set[str] = set()
+
+    # -- threads and messages -------------------------------------------------------------------------------------
+    def append_messages(
+        self, resource_id: str, thread_id: str, messages: Sequence[Message], *, now: datetime
+    ) -> AppendResult:
+        """See `MemoryStore.append_messages`."""
+        with self._lock:
+            data = self._threads.get(thread_id)
+            if data is not None and data.thread.resource_id != resource_id:
+                raise ThreadNotFoundError(thread_id)
+            # Validate everything before writing anything: a refused request writes nothing.
+            seen: dict[str, str] = {}
+            for message in messages:
+                digest = message.content_hash()
+                stored_hash = data.hashes.get(message.id) if data else None
+                if stored_hash is not None and stored_hash != digest:
+                    raise MessageConflictError(message.id)
+                if seen.get(message.id, digest) != digest:
+                    raise MessageConflictError(message.id)
+                seen[message.id] = digest
+            if data is None:
+                data = _ThreadData(Thread(id=thread_id, resource_id=resource_id, created_at=now, updated_at=now))
+                self._threads[thread_id] = data
+                # A new incarnation of an erased thread may start over; late work of the old one still fails
+                # its version check because the old head is gone.
+                self._erased_keys.discard(f'thread:{resource_id}/{thread_id}')
+                self._erased_keys.discard(f'resource:{resource_id}')
+            result: list[Message] = []
+            created: list[str] = []
+            for message in messages:
+                existing = data.by_id.get(message.id)
+                if existing is not None:
+                    result.append(existing)
+                    continue
+                stored = message.model_copy(
+                    update={'seq': data.next_seq, 'thread_id': thread_id, 'resource_id': resource_id}
+                )
+                data.next_seq += 1
+                data.by_id[message.id] = stored
+                data.hashes[message.id] = message.content_hash()
+                data.ordered.append(stored)
+                result.append(stored)
+                created.append(message.id)
+            if created:
+                data.thread = data.thread.model_copy(update={'updated_at': now})
+            return AppendResult(thread=data.thread, messages=tuple(result), created_ids=tuple(created))
+
+    def get_thread(self, resource_id: str, thread_id: str) -> Thread | None:
+        """See `MemoryStore.get_thread`."""
+        with self._lock:
+            data = self._threads.get(thread_id)
+            if data is None or data.thread.resource_id != resource_id:
+                return None
+            return data.thread
+
+    def update_thread(self, thread: Thread) -> Thread:
+        """See `MemoryStore.update_thread`."""
+        with self._lock:
+            data = self._threads.get(thread.id)
+            if data is None or data.thread.resource_id != thread.resource_id:
+                raise ThreadNotFoundError(thread.id)
+            # Identity fields never change through an update.
+            data.thread = thread.model_copy(update={'created_at': data.thread.created_at})
+            return data.thread
+
+    def list_messages(
+        self,
+        resource_id: str,
+        thread_id: str,
+        *,
+        after_seq: int = 0,
+        before_seq: int | None = None,
+        limit: int = 100,
+        newest_first: bool = False,
+    ) -> MessagePage:
+        """See `MemoryStore.list_messages`."""
+        with self._lock:
+            data = self._threads.get(thread_id)
+            if data is None or data.thread.resource_id != resource_id:
+                return MessagePage(messages=(), has_more=False)
+            selected = [
+                m for m in data.ordered if (m.seq or 0) > after_seq and (before_seq is None or (m.seq or 0) < before_seq)
+            ]
+            if newest_first:
+                selected.reverse()
+            return MessagePage(messages=tuple(selected[:limit]), has_more=len(selected) > limit)
+
+    # -- OM records -----------------------------------------------------------------------------------------------
+    def get_record(self, key: str) -> OMRecord | None:
+        """See `MemoryStore.get_record`."""
+        with self._lock:
+            generations = self._records.get(key)
+            return generations[-1] if generations else None
+
+    def put_record(self, record: OMRecord, *, expected_version: int | None) -> OMRecord:
+        """See `MemoryStore.put_record`."""
+        with self._lock:
+            self._check_not_erased(record)
+            generations = self._records.setdefault(record.key, [])
+            head = generations[-1] if generations else None
+            if expected_version is None:
+                if head is not None:
+                    raise VersionConflictError(record.key, None)
+                stored = record.model_copy(update={'version': 1})
+                generations.append(stored)
+                return stored
+            if (
+                head is None
+                or head.id != record.id
+                or head.version != expected_version
+                or head.generation != record.generation
+            ):
+                raise VersionConflictError(record.key, expected_version)
+            stored = record.model_copy(update={'version': expected_version + 1})
+            generations[-1] = stored
+            return stored
+
+    def put_generation(self, new: OMRecord, *, expected_version: int) -> OMRecord:
+        """See `MemoryStore.put_generation`."""
+        with self._lock:
+            self._check_not_erased(new)
+            generations = self._records.get(new.key)
+            head = generations[-1] if generations else None
+            if head is None or head.version != expected_version or new.generation != head.generation + 1:
+                raise VersionConflictError(new.key, expected_version)
+            stored = new.model_copy(update={'version': expected_version + 1})
+            assert generations is not None
+            generations.append(stored)
+            return stored
+
+    def list_generations(self, key: str, *, limit: int = 10) -> list[OMRecord]:
+        """See `MemoryStore.list_generations`."""
+        with self._lock:
+            return list(reversed(self._records.get(key, [])))[:limit]
+
+    # -- erase ----------------------------------------------------------------------------------------------------
+    def delete_thread(self, resource_id: str, thread_id: str) -> None:
+        """Remove a thread, its messages and its thread-scope records; later writes to them are refused."""
+        with self._lock:
+            data = self._threads.get(thread_id)
+            if data is None or data.thread.resource_id != resource_id:
+                raise ThreadNotFoundError(thread_id)
+            del self._threads[thread_id]
+            key = f'thread:{resource_id}/{thread_id}'
+            self._records.pop(key, None)
+            self._erased_keys.add(key)
+
+    def delete_resource(self, resource_id: str) -> None:
+        """Remove everything stored for a resource; later writes to it are refused."""
+        with self._lock:
+            for thread_id in [t for t, d in self._threads.items() if d.thread.resource_id == resource_id]:
+                self.delete_thread(resource_id, thread_id)
+            key = f'resource:{resource_id}'
+            self._records.pop(key, None)
+            self._erased_keys.add(key)
+
+    def _check_not_erased(self, record: OMRecord) -> None:
+        if record.key in self._erased_keys:
+            raise ErasedError(f'{record.key} was erased; late work is dropped')

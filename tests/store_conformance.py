@@ -1,0 +1,173 @@
+"""One conformance suite for every `MemoryStore` (langgraph's idea: the fake and the real store cannot drift).
+
+Use it by subclassing `StoreConformance` in a test module and providing a `store` fixture.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from om_lib.errors import MessageConflictError, ThreadNotFoundError, VersionConflictError
+from om_lib.messages import Message
+from om_lib.records import Lease, OMRecord
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def msg(mid: str, text: str = 'hello', role: str = 'user', minutes: int = 0) -> Message:
+    return Message.model_validate(
+        {'id': mid, 'role': role, 'createdAt': (T0 + timedelta(minutes=minutes)).isoformat(), 'content': text}
+    )
+
+
+def record(key: str = 'thread:r1/t1', **update: object) -> OMRecord:
+    base = OMRecord(
+        id='rec-1', key=key, scope='thread', resource_id='r1', thread_id='t1', created_at=T0, updated_at=T0
+    )
+    return base.model_copy(update=update)
+
+
+class StoreConformance:
+    """Behaviour every store must have. Subclasses provide a `store` fixture."""
+
+    # -- messages -------------------------------------------------------------------------------------------------
+    def test_append_assigns_increasing_seq_and_creates_thread(self, store):
+        result = store.append_messages('r1', 't1', [msg('a'), msg('b'), msg('c')], now=T0)
+        assert [m.id for m in result.messages] == ['a', 'b', 'c']
+        seqs = [m.seq for m in result.messages]
+        assert seqs == sorted(seqs) and len(set(seqs)) == 3
+        assert result.created_ids == ('a', 'b', 'c')
+        assert result.thread.resource_id == 'r1'
+        assert store.get_thread('r1', 't1') is not None
+
+    def test_seq_follows_arrival_not_client_clock(self, store):
+        store.append_messages('r1', 't1', [msg('late', minutes=10)], now=T0)
+        store.append_messages('r1', 't1', [msg('early', minutes=-10)], now=T0)
+        page = store.list_messages('r1', 't1')
+        assert [m.id for m in page.messages] == ['late', 'early']
+
+    def test_same_id_same_content_is_one_message(self, store):
+        first = store.append_messages('r1', 't1', [msg('a', 'x')], now=T0)
+        again = store.append_messages('r1', 't1', [msg('a', 'x', minutes=5)], now=T0)
+        assert again.created_ids == ()
+        assert again.messages[0].seq == first.messages[0].seq
+        assert len(store.list_messages('r1', 't1').messages) == 1
+
+    def test_same_id_other_content_conflicts_and_writes_nothing(self, store):
+        store.append_messages('r1', 't1', [msg('a', 'x')], now=T0)
+        with pytest.raises(MessageConflictError):
+            store.append_messages('r1', 't1', [msg('new'), msg('a', 'changed')], now=T0)
+        ids = [m.id for m in store.list_messages('r1', 't1').messages]
+        assert ids == ['a']
+
+    def test_thread_of_other_resource_reads_as_missing(self, store):
+        store.append_messages('r1', 't1', [msg('a')], now=T0)
+        assert store.get_thread('r2', 't1') is None
+        assert store.list_messages('r2', 't1').messages == ()
+        with pytest.raises(ThreadNotFoundError):
+            store.append_messages('r2', 't1', [msg('b')], now=T0)
+        assert [m.id for m in store.list_messages('r1', 't1').messages] == ['a']
+
+    def test_list_after_cursor_pages(self, store):
+        result = store.append_messages('r1', 't1', [msg(f'm{i}', f'text {i}') for i in range(7)], now=T0)
+        seqs = [m.seq for m in result.messages]
+        page = store.list_messages('r1', 't1', after_seq=seqs[2], limit=3)
+        assert [m.id for m in page.messages] == ['m3', 'm4', 'm5'] and page.has_more
+        last = store.list_messages('r1', 't1', after_seq=page.messages[-1].seq, limit=3)
+        assert [m.id for m in last.messages] == ['m6'] and not last.has_more
+
+    def test_list_newest_first_and_before(self, store):
+        result = store.append_messages('r1', 't1', [msg(f'm{i}', f'text {i}') for i in range(5)], now=T0)
+        page = store.list_messages('r1', 't1', before_seq=result.messages[3].seq, limit=2, newest_first=True)
+        assert [m.id for m in page.messages] == ['m2', 'm1'] and page.has_more
+
+    def test_stored_message_round_trips(self, store):
+        rich = Message.model_validate(
+            {
+                'id': 'rich',
+                'role': 'assistant',
+                'createdAt': T0.isoformat(),
+                'parts': [
+                    {'type': 'text', 'text': 'see image'},
+                    {'type': 'tool-call', 'toolCallId': 'c1', 'toolName': 'search', 'args': {'q': 'x', 'n': 2}},
+                    {'type': 'tool-result', 'toolCallId': 'c1', 'toolName': 'search', 'result': {'hits': [1, 2]}},
+                    {'type': 'image', 'mediaType': 'image/png', 'url': 'https://example.com/a.png', 'width': 10, 'height': 20},
+                    {'type': 'reasoning', 'text': 'hmm'},
+                ],
+                'tokenCounts': {'version': 'v', 'parts': [3, 4, 5, 258, None]},
+            }
+        )
+        store.append_messages('r1', 't1', [rich], now=T0)
+        got = store.list_messages('r1', 't1').messages[0]
+        assert got.parts == rich.parts
+        assert got.token_counts == rich.token_counts
+        assert got.created_at == rich.created_at
+
+    def test_update_thread_keeps_owner_and_hints(self, store):
+        thread = store.append_messages('r1', 't1', [msg('a')], now=T0).thread
+        updated = store.update_thread(thread.model_copy(update={'title': 'Trip', 'current_task': 'book hotel'}))
+        assert updated.title == 'Trip'
+        got = store.get_thread('r1', 't1')
+        assert got.current_task == 'book hotel' and got.title == 'Trip'
+        with pytest.raises(ThreadNotFoundError):
+            store.update_thread(thread.model_copy(update={'resource_id': 'r2'}))
+
+    # -- records --------------------------------------------------------------------------------------------------
+    def test_create_record_once(self, store):
+        created = store.put_record(record(), expected_version=None)
+        assert created.version == 1
+        with pytest.raises(VersionConflictError):
+            store.put_record(record(), expected_version=None)
+        assert store.get_record('thread:r1/t1') == created
+
+    def test_conditional_update_bumps_version_and_refuses_stale_writer(self, store):
+        created = store.put_record(record(), expected_version=None)
+        first = store.put_record(created.model_copy(update={'active_observations': 'one'}), expected_version=1)
+        assert first.version == 2
+        with pytest.raises(VersionConflictError):
+            store.put_record(created.model_copy(update={'active_observations': 'stale'}), expected_version=1)
+        assert store.get_record('thread:r1/t1').active_observations == 'one'
+
+    def test_record_fields_round_trip(self, store):
+        lease = Lease(owner='w1', expires_at=T0 + timedelta(minutes=2))
+        rich = record(
+            active_observations='Date: Mar 1, 2025\n* 🔴 (12:00) User likes tea',
+            observation_tokens=12,
+            cursors={'t1': 7},
+            last_observed_at=T0,
+            observing=lease,
+            reflection_stalled_at_tokens=99,
+        )
+        created = store.put_record(rich, expected_version=None)
+        got = store.get_record('thread:r1/t1')
+        assert got == created
+        assert got.observing == lease and got.cursors == {'t1': 7}
+
+    def test_generations_keep_history(self, store):
+        head = store.put_record(record(active_observations='old'), expected_version=None)
+        new = head.model_copy(update={'id': 'rec-2', 'generation': 1, 'origin': 'reflection', 'active_observations': 'new'})
+        committed = store.put_generation(new, expected_version=head.version)
+        assert store.get_record('thread:r1/t1').active_observations == 'new'
+        history = store.list_generations('thread:r1/t1')
+        assert [r.generation for r in history] == [1, 0]
+        assert history[1].active_observations == 'old'
+        with pytest.raises(VersionConflictError):
+            store.put_generation(
+                new.model_copy(update={'id': 'rec-3', 'generation': 2}), expected_version=head.version
+            )
+        assert committed.generation == 1
+
+    def test_update_of_retired_generation_is_refused(self, store):
+        head = store.put_record(record(active_observations='old'), expected_version=None)
+        store.put_generation(
+            head.model_copy(update={'id': 'rec-2', 'generation': 1, 'active_observations': 'new'}),
+            expected_version=head.version,
+        )
+        with pytest.raises(VersionConflictError):
+            store.put_record(head.model_copy(update={'active_observations': 'late'}), expected_version=head.version)
+
+    def test_records_are_per_key(self, store):
+        store.put_record(record(), expected_version=None)
+        assert store.get_record('thread:r2/t1') is None

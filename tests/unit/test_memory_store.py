@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+import pytest
+
+from om_lib.adapters.memory_store import InMemoryStore
+from tests.store_conformance import StoreConformance
+
+
+class TestInMemoryStore(StoreConformance):
+    @pytest.fixture
+    def store(self):
+        return InMemoryStore()
