@@ -1,0 +1,185 @@
+"""Runs a `ModelSpec` against the configured providers: tier choice, retries with backoff, fallbacks, one deadline.
+
+Providers (`om_lib.ports.LanguageModel`) make exactly one attempt per call; every retry decision lives here, so a
+path's single deadline bounds all of them (the google-genai client's own retries are switched off in its adapter).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from om_lib.errors import (
+    DeadlineExceededError,
+    ModelError,
+    ModelOutputError,
+    ModelRequestError,
+    ModelUnavailableError,
+)
+from om_lib.llm import ModelRequest, ModelResponse
+from om_lib.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelSpec
+from om_lib.ports import Clock, LanguageModel
+
+logger = logging.getLogger(__name__)
+
+_TRANSIENT = (ModelUnavailableError, DeadlineExceededError)
+
+
+class ModelRouter:
+    """Sends a request to the model a spec names, retrying transient failures and falling back, within a deadline.
+
+    Retry policy (reference §12.9, bounded by the caller's deadline):
+      * transient errors (`ModelUnavailableError`, a single call's `DeadlineExceededError`) are retried on the same
+        model with backoff `backoff_base_s × 2ⁿ` capped at `backoff_cap_s`, ±`jitter`, up to `max_retries` times
+        (`default_max_retries` for a single model, each fallback entry's own `max_retries` otherwise);
+      * `ModelOutputError` (empty, blocked, unusable answer) gets one fresh sample on the same model, no backoff;
+      * `ModelRequestError` (permanent) is never retried on the same model;
+      * a fallback list moves to its next entry after any `ModelError` the entry could not recover from;
+      * no attempt starts once the deadline has passed, no backoff sleeps past it, and each attempt's
+        `timeout_s` is the time left.
+    """
+
+    def __init__(
+        self,
+        providers: Mapping[str, LanguageModel],
+        *,
+        clock: Clock,
+        sleep: Callable[[float], None] = time.sleep,
+        default_max_retries: int = 2,
+        backoff_base_s: float = 1.0,
+        backoff_cap_s: float = 120.0,
+        jitter: float = 0.2,
+        rng: random.Random | None = None,
+    ) -> None:
+        """Create a router.
+
+        Args:
+            providers: Provider key (`google`, `offline`, ...) → its LanguageModel.
+            clock: Supplies `monotonic()`; deadlines are on this clock.
+            sleep: Blocks for the backoff delay (injectable so tests do not wait).
+            default_max_retries: Transient-error retries for a single model (not a fallback list).
+            backoff_base_s: First backoff delay.
+            backoff_cap_s: Largest backoff delay before jitter.
+            jitter: Relative jitter, 0.2 means ±20 %.
+            rng: Random source for jitter (seed it in tests for determinism).
+        """
+        if default_max_retries < 0:
+            raise ValueError('default_max_retries must be >= 0')
+        self._providers = dict(providers)
+        self._clock = clock
+        self._sleep = sleep
+        self._default_max_retries = default_max_retries
+        self._backoff_base_s = backoff_base_s
+        self._backoff_cap_s = backoff_cap_s
+        self._jitter = jitter
+        self._rng = rng or random.Random()
+
+    def generate(self, spec: ModelSpec, request: ModelRequest, *, input_tokens: int, deadline: float) -> ModelResponse:
+        """Get a usable answer for `request` from the model(s) `spec` names.
+
+        Args:
+            spec: A `ModelRef`, `ModelByInputTokens` or `ModelFallbacks`.
+            request: The provider-neutral request.
+            input_tokens: The input size used to pick a `ModelByInputTokens` tier.
+            deadline: The path's deadline on `clock.monotonic()`; nothing starts after it.
+
+        Returns:
+            The answer, with `.model` set to the `provider/model_id` that produced it.
+
+        Raises:
+            ModelRoutingError: `input_tokens` exceeds the largest `ModelByInputTokens` tier.
+            ModelRequestError: A provider is unknown, or the (last) model refused the request.
+            DeadlineExceededError: The deadline passed before a usable answer arrived.
+            ModelUnavailableError: The (last) model stayed unavailable after its retries.
+            ModelOutputError: The (last) model's answers were unusable twice.
+        """
+        plan = self._plan(spec, input_tokens)
+        for index, (ref, max_retries) in enumerate(plan):
+            try:
+                return self._run_entry(ref, max_retries, request, deadline)
+            except ModelError as exc:
+                if index + 1 == len(plan):
+                    raise
+                # Also after a deadline error: the next entry starts only if time is left (it checks first).
+                logger.warning(
+                    'model failed; falling back',
+                    extra={'model': ref.name, 'next_model': plan[index + 1][0].name, 'error': exc.code},
+                )
+        raise AssertionError('unreachable: a model plan is never empty')
+
+    def _plan(self, spec: ModelSpec, input_tokens: int) -> list[tuple[ModelRef, int]]:
+        if isinstance(spec, ModelFallbacks):
+            plan = list(spec.entries)
+        elif isinstance(spec, ModelByInputTokens):
+            plan = [(spec.resolve(input_tokens), self._default_max_retries)]
+        else:
+            plan = [(spec, self._default_max_retries)]
+        # Check every provider before the first call: an unknown provider is a wiring bug that a fallback must not
+        # hide until the day the first model fails.
+        for ref, _ in plan:
+            if ref.provider not in self._providers:
+                known = ', '.join(sorted(self._providers)) or 'none'
+                raise ModelRequestError(
+                    f'unknown model provider {ref.provider!r} in {ref.name!r} (configured providers: {known})',
+                    model=ref.name,
+                )
+        return plan
+
+    def _run_entry(self, ref: ModelRef, max_retries: int, request: ModelRequest, deadline: float) -> ModelResponse:
+        """Call one model until it answers usably or its retry budget is spent; raise its last error otherwise."""
+        provider = self._providers[ref.provider]
+        transient_retries = 0
+        output_retry_used = False
+        last_error: ModelError | None = None
+        while True:
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0:
+                raise _deadline_error(ref, last_error) from last_error
+            try:
+                response = provider.generate(ref.model_id, request, timeout_s=remaining)
+            except _TRANSIENT as exc:
+                _name_model(exc, ref)
+                last_error = exc
+                if transient_retries >= max_retries:
+                    raise
+                delay = self._backoff(transient_retries)
+                if self._clock.monotonic() + delay >= deadline:
+                    # Sleeping would land on or past the deadline, leaving no time for the attempt it waits for.
+                    raise _deadline_error(ref, exc) from exc
+                transient_retries += 1
+                logger.info(
+                    'model unavailable; retrying',
+                    extra={'model': ref.name, 'retry': transient_retries, 'delay_s': round(delay, 3)},
+                )
+                self._sleep(delay)
+            except ModelOutputError as exc:
+                _name_model(exc, ref)
+                last_error = exc
+                if output_retry_used:
+                    raise
+                # A blocked or empty answer is a property of this sample, not of the service: ask again at once.
+                output_retry_used = True
+                logger.info('unusable model answer; sampling again', extra={'model': ref.name})
+            except ModelRequestError as exc:
+                _name_model(exc, ref)
+                raise
+            else:
+                return replace(response, model=ref.name)
+
+    def _backoff(self, retry_index: int) -> float:
+        base = min(self._backoff_base_s * (2**retry_index), self._backoff_cap_s)
+        return base * self._rng.uniform(1 - self._jitter, 1 + self._jitter)
+
+
+def _name_model(exc: ModelError, ref: ModelRef) -> None:
+    # Providers know only the model id; fill in the full name so logs and callers see which model failed.
+    if hasattr(exc, 'model') and exc.model is None:
+        exc.model = ref.name
+
+
+def _deadline_error(ref: ModelRef, last_error: ModelError | None) -> DeadlineExceededError:
+    detail = f' (last error: {last_error})' if last_error is not None else ''
+    return DeadlineExceededError(f'deadline passed before {ref.name} gave a usable answer{detail}')

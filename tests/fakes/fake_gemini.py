@@ -1,0 +1,407 @@
+"""A loopback fake of the Gemini REST API, for driving the real google-genai client in tests.
+
+Start it, point the client at it with `fake_gemini_env(server)` (or `base_url=server.url`), script replies per model
+or with a handler, and read `server.calls` to see what the client sent and which model served.
+
+    with FakeGemini() as server:
+        server.script('gemini-2.5-flash', FakeReply.error(503), FakeReply.text('hello'))
+        ...
+        assert [call.model for call in server.calls] == ['gemini-2.5-flash', 'gemini-2.5-flash']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import struct
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+# POST /<version>/models/<model>:<method>; the version is whatever the client is configured with (v1, v1beta).
+_ROUTE = re.compile(r'^/(?P<version>[^/]+)/models/(?P<model>[^/:]+):(?P<method>[A-Za-z]+)$')
+
+_STATUS_NAMES = {
+    400: 'INVALID_ARGUMENT',
+    401: 'UNAUTHENTICATED',
+    403: 'PERMISSION_DENIED',
+    404: 'NOT_FOUND',
+    408: 'DEADLINE_EXCEEDED',
+    429: 'RESOURCE_EXHAUSTED',
+    500: 'INTERNAL',
+    503: 'UNAVAILABLE',
+    504: 'DEADLINE_EXCEEDED',
+}
+
+
+@dataclass(frozen=True)
+class FakeRequest:
+    """One request as the fake received it."""
+
+    model: str
+    method: str
+    path: str
+    body: dict[str, Any]
+    headers: Mapping[str, str]
+
+    @property
+    def api_key(self) -> str | None:
+        """The `x-goog-api-key` header."""
+        return self.headers.get('x-goog-api-key')
+
+    @property
+    def system_text(self) -> str:
+        """All text of `systemInstruction`."""
+        parts = (self.body.get('systemInstruction') or {}).get('parts') or []
+        return ''.join(part.get('text', '') for part in parts)
+
+    @property
+    def user_texts(self) -> list[str]:
+        """Every text part of every `user` turn, in order."""
+        return [
+            part['text']
+            for content in self.body.get('contents') or []
+            if content.get('role', 'user') == 'user'
+            for part in content.get('parts') or []
+            if 'text' in part
+        ]
+
+    @property
+    def inline_data(self) -> list[dict[str, Any]]:
+        """Every `inlineData` part (`mimeType`, base64 `data`)."""
+        return [
+            part['inlineData']
+            for content in self.body.get('contents') or []
+            for part in content.get('parts') or []
+            if 'inlineData' in part
+        ]
+
+    @property
+    def inline_data_count(self) -> int:
+        """How many inline blobs (images) the request carried."""
+        return len(self.inline_data)
+
+    @property
+    def generation_config(self) -> dict[str, Any]:
+        """The `generationConfig` object (temperature, maxOutputTokens, thinkingConfig, ...)."""
+        return dict(self.body.get('generationConfig') or {})
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """Every function declaration offered to the model."""
+        return [decl for tool in self.body.get('tools') or [] for decl in tool.get('functionDeclarations') or []]
+
+
+@dataclass(frozen=True)
+class FakeReply:
+    """What the fake answers: an HTTP status and a JSON body, optionally after a delay."""
+
+    status: int
+    body: dict[str, Any]
+    delay_s: float = 0.0
+
+    @classmethod
+    def text(
+        cls,
+        text: str,
+        *,
+        thoughts: Sequence[str] = (),
+        finish_reason: str = 'STOP',
+        prompt_tokens: int = 11,
+        output_tokens: int = 7,
+        thought_tokens: int = 0,
+        delay_s: float = 0.0,
+    ) -> FakeReply:
+        """A normal answer; `thoughts` become thought parts before the text."""
+        parts: list[dict[str, Any]] = [{'text': thought, 'thought': True} for thought in thoughts]
+        parts.append({'text': text})
+        return cls(200, _candidate_body(parts, finish_reason, prompt_tokens, output_tokens, thought_tokens), delay_s)
+
+    @classmethod
+    def function_calls(cls, *calls: tuple[str, dict[str, Any]], text: str = '', delay_s: float = 0.0) -> FakeReply:
+        """An answer asking for `(name, args)` tool calls (optionally with some text before them)."""
+        parts: list[dict[str, Any]] = [{'text': text}] if text else []
+        parts += [{'functionCall': {'name': name, 'args': args}} for name, args in calls]
+        return cls(200, _candidate_body(parts, 'STOP', 11, 7, 0), delay_s)
+
+    @classmethod
+    def error(cls, status: int, message: str = 'scripted failure', *, delay_s: float = 0.0) -> FakeReply:
+        """A Google-style error response."""
+        body = {'error': {'code': status, 'message': message, 'status': _STATUS_NAMES.get(status, 'UNKNOWN')}}
+        return cls(status, body, delay_s)
+
+    @classmethod
+    def empty(cls, *, delay_s: float = 0.0) -> FakeReply:
+        """A 200 with no candidates at all."""
+        return cls(200, {'candidates': [], 'usageMetadata': {'promptTokenCount': 11}}, delay_s)
+
+    @classmethod
+    def blocked(cls, finish_reason: str = 'SAFETY', *, delay_s: float = 0.0) -> FakeReply:
+        """A candidate stopped by a safety filter (no content)."""
+        body = {'candidates': [{'finishReason': finish_reason, 'index': 0}], 'usageMetadata': {'promptTokenCount': 11}}
+        return cls(200, body, delay_s)
+
+    @classmethod
+    def prompt_blocked(cls, reason: str = 'SAFETY', *, delay_s: float = 0.0) -> FakeReply:
+        """The prompt itself refused (`promptFeedback.blockReason`)."""
+        return cls(200, {'promptFeedback': {'blockReason': reason}, 'usageMetadata': {'promptTokenCount': 11}}, delay_s)
+
+    def after(self, delay_s: float) -> FakeReply:
+        """The same reply, sent after `delay_s` seconds."""
+        return FakeReply(self.status, self.body, delay_s)
+
+
+def _candidate_body(
+    parts: list[dict[str, Any]], finish_reason: str, prompt_tokens: int, output_tokens: int, thought_tokens: int
+) -> dict[str, Any]:
+    usage: dict[str, Any] = {
+        'promptTokenCount': prompt_tokens,
+        'candidatesTokenCount': output_tokens,
+        'totalTokenCount': prompt_tokens + output_tokens + thought_tokens,
+    }
+    if thought_tokens:
+        usage['thoughtsTokenCount'] = thought_tokens
+    return {
+        'candidates': [{'content': {'role': 'model', 'parts': parts}, 'finishReason': finish_reason, 'index': 0}],
+        'usageMetadata': usage,
+        'modelVersion': 'fake',
+    }
+
+
+@dataclass
+class FakeCall:
+    """One entry of the request log."""
+
+    model: str
+    method: str
+    request: FakeRequest
+    received_at: float
+    answered_at: float | None = None
+    status: int | None = None
+    client_gone: bool = False
+
+
+Handler = Callable[[FakeRequest], FakeReply]
+EmbedHandler = Callable[[str, int], list[float]]
+
+
+def default_handler(request: FakeRequest) -> FakeReply:
+    """Answer every generateContent with a fixed text naming the model."""
+    return FakeReply.text(f'fake answer from {request.model}')
+
+
+def deterministic_embedding(text: str, dimensions: int) -> list[float]:
+    """A unit-free, repeatable vector derived from the text's SHA-256 (same text → same vector)."""
+    values: list[float] = []
+    counter = 0
+    while len(values) < dimensions:
+        digest = hashlib.sha256(f'{counter}:{text}'.encode()).digest()
+        values += [(word / 0xFFFFFFFF) * 2 - 1 for word in struct.unpack('>8I', digest)]
+        counter += 1
+    return values[:dimensions]
+
+
+@dataclass
+class _State:
+    scripts: dict[str, deque[FakeReply]] = field(default_factory=lambda: defaultdict(deque))
+    calls: list[FakeCall] = field(default_factory=list)
+
+
+class FakeGemini:
+    """A threaded HTTP server on 127.0.0.1 (random port) speaking enough of the Gemini REST API.
+
+    Replies come, per request, from the model's script queue if it has entries left, else from `handler`.
+    `embedContent` / `batchEmbedContents` answer with `embed_handler` (deterministic vectors by default).
+    """
+
+    def __init__(
+        self,
+        handler: Handler = default_handler,
+        *,
+        embed_handler: EmbedHandler = deterministic_embedding,
+        embedding_dimensions: int = 8,
+    ) -> None:
+        """Create a stopped server; use it as a context manager or call `start()` / `stop()`."""
+        self.handler = handler
+        self.embed_handler = embed_handler
+        self.embedding_dimensions = embedding_dimensions
+        self._state = _State()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+
+    def start(self) -> FakeGemini:
+        """Bind to a free loopback port and serve in a background thread."""
+        server = ThreadingHTTPServer(('127.0.0.1', 0), _make_request_handler(self))
+        server.daemon_threads = True  # a handler still sleeping in a scripted delay must not block shutdown
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,), name='fake-gemini', daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, and wake handlers sleeping in a scripted delay."""
+        self._stopping.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeGemini:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """`http://127.0.0.1:<port>` (no trailing slash): the client's base URL."""
+        if self._server is None:
+            raise RuntimeError('FakeGemini is not started')
+        host, port = self._server.server_address[:2]
+        return f'http://{host!s}:{port}'
+
+    # -- scripting ---------------------------------------------------------------------------------------------
+
+    def script(self, model: str, *replies: FakeReply) -> None:
+        """Queue replies for `model`, used one per request in order before falling back to `handler`."""
+        with self._lock:
+            self._state.scripts[model].extend(replies)
+
+    def pending(self, model: str) -> int:
+        """Scripted replies for `model` not used yet."""
+        with self._lock:
+            return len(self._state.scripts[model])
+
+    # -- request log -------------------------------------------------------------------------------------------
+
+    @property
+    def calls(self) -> list[FakeCall]:
+        """A snapshot (copies) of the request log, in arrival order."""
+        with self._lock:
+            return [replace(call) for call in self._state.calls]
+
+    def calls_for(self, model: str) -> list[FakeCall]:
+        """The logged calls to one model."""
+        return [call for call in self.calls if call.model == model]
+
+    @property
+    def requests(self) -> list[FakeRequest]:
+        """The requests received, in arrival order."""
+        return [call.request for call in self.calls]
+
+    def reset(self) -> None:
+        """Forget scripts and the log."""
+        with self._lock:
+            self._state = _State()
+
+    # -- serving (called from handler threads) -----------------------------------------------------------------
+
+    def _receive(self, request: FakeRequest) -> tuple[FakeCall, FakeReply]:
+        call = FakeCall(model=request.model, method=request.method, request=request, received_at=time.monotonic())
+        with self._lock:
+            self._state.calls.append(call)
+            queue = self._state.scripts.get(request.model)
+            scripted = queue.popleft() if queue else None
+        if request.method in ('embedContent', 'batchEmbedContents'):
+            reply = scripted or self._embed_reply(request)
+        elif request.method == 'generateContent':
+            reply = scripted or self.handler(request)
+        else:
+            reply = FakeReply.error(404, f'the fake does not implement :{request.method}')
+        return call, reply
+
+    def _embed_reply(self, request: FakeRequest) -> FakeReply:
+        def vector(item: Mapping[str, Any]) -> dict[str, Any]:
+            text = ''.join(part.get('text', '') for part in (item.get('content') or {}).get('parts') or [])
+            dims = int(item.get('outputDimensionality') or self.embedding_dimensions)
+            return {'values': self.embed_handler(text, dims)}
+
+        if request.method == 'batchEmbedContents':
+            return FakeReply(200, {'embeddings': [vector(item) for item in request.body.get('requests') or []]})
+        return FakeReply(200, {'embedding': vector(request.body)})
+
+    def _wait(self, delay_s: float) -> None:
+        if delay_s > 0:
+            self._stopping.wait(delay_s)
+
+    def _answered(self, call: FakeCall, status: int) -> None:
+        with self._lock:
+            call.answered_at = time.monotonic()
+            call.status = status
+
+    def _client_gone(self, call: FakeCall) -> None:
+        with self._lock:
+            call.client_gone = True
+
+
+def _make_request_handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
+    class _Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            length = int(self.headers.get('Content-Length') or 0)
+            raw = self.rfile.read(length) if length else b''
+            path = self.path.split('?', 1)[0]
+            match = _ROUTE.match(path)
+            if match is None:
+                self._send(HTTPStatus.NOT_FOUND, FakeReply.error(404, f'no route for {path}').body)
+                return
+            try:
+                body = json.loads(raw or b'{}')
+            except json.JSONDecodeError:
+                self._send(HTTPStatus.BAD_REQUEST, FakeReply.error(400, 'body is not JSON').body)
+                return
+            request = FakeRequest(
+                model=match['model'],
+                method=match['method'],
+                path=path,
+                body=body,
+                headers={key.lower(): value for key, value in self.headers.items()},
+            )
+            call, reply = fake._receive(request)
+            fake._wait(reply.delay_s)
+            # Log before writing: once the bytes are out the client (and the test) may read the log at once.
+            fake._answered(call, reply.status)
+            if not self._send(reply.status, reply.body):
+                fake._client_gone(call)
+
+        def _send(self, status: int, body: dict[str, Any]) -> bool:
+            payload = json.dumps(body).encode()
+            try:
+                self.send_response(status)
+                self.send_header('Content-Type', 'application/json; charset=UTF-8')
+                self.send_header('Content-Length', str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                # The client gave up (its timeout fired) before the scripted delay ended.
+                return False
+            return True
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature fixed by http.server
+            return  # keep test output clean
+
+    return _Handler
+
+
+def fake_gemini_env(server: FakeGemini) -> dict[str, str]:
+    """Environment variables that point google-genai (and GeminiLanguageModel) at the fake."""
+    return {'GOOGLE_GEMINI_BASE_URL': server.url, 'GEMINI_API_KEY': 'test-key'}
+
+
+@contextmanager
+def running_fake_gemini(handler: Handler = default_handler) -> Iterator[FakeGemini]:
+    """A started FakeGemini for the duration of the block (handy as the body of a pytest fixture)."""
+    with FakeGemini(handler) as server:
+        yield server
