@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Bootstrap and run: needs only python3 (3.11+). Creates .venv, installs the project, then runs a command.
 
-    python3 dev.py demo     # the local demo (offline model unless GEMINI_API_KEY is set)
-    python3 dev.py test     # the whole test suite (pytest)
-    python3 dev.py om ...   # any `om` command inside the environment
+python3 dev.py demo     # the local demo (offline model unless GEMINI_API_KEY is set)
+python3 dev.py test     # the whole test suite (pytest)
+python3 dev.py om ...   # any `om` command inside the environment
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _requirements_digest() -> str:
 
 def ensure_env() -> None:
     """Create the virtualenv and install the project (editable, with dev and infra extras) when needed."""
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - dev.py may be started by an older python3
         sys.exit(f'python 3.11 or newer is required (this is {sys.version.split()[0]})')
     if not (BIN / 'python').exists():
         print('creating .venv ...', flush=True)

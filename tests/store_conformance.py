@@ -23,9 +23,7 @@ def msg(mid: str, text: str = 'hello', role: str = 'user', minutes: int = 0) -> 
 
 
 def record(key: str = 'thread:r1/t1', **update: object) -> OMRecord:
-    base = OMRecord(
-        id='rec-1', key=key, scope='thread', resource_id='r1', thread_id='t1', created_at=T0, updated_at=T0
-    )
+    base = OMRecord(id='rec-1', key=key, scope='thread', resource_id='r1', thread_id='t1', created_at=T0, updated_at=T0)
     return base.model_copy(update=update)
 
 
@@ -93,7 +91,13 @@ class StoreConformance:
                     {'type': 'text', 'text': 'see image'},
                     {'type': 'tool-call', 'toolCallId': 'c1', 'toolName': 'search', 'args': {'q': 'x', 'n': 2}},
                     {'type': 'tool-result', 'toolCallId': 'c1', 'toolName': 'search', 'result': {'hits': [1, 2]}},
-                    {'type': 'image', 'mediaType': 'image/png', 'url': 'https://example.com/a.png', 'width': 10, 'height': 20},
+                    {
+                        'type': 'image',
+                        'mediaType': 'image/png',
+                        'url': 'https://example.com/a.png',
+                        'width': 10,
+                        'height': 20,
+                    },
                     {'type': 'reasoning', 'text': 'hmm'},
                 ],
                 'tokenCounts': {'version': 'v', 'parts': [3, 4, 5, 258, None]},
@@ -147,16 +151,16 @@ class StoreConformance:
 
     def test_generations_keep_history(self, store):
         head = store.put_record(record(active_observations='old'), expected_version=None)
-        new = head.model_copy(update={'id': 'rec-2', 'generation': 1, 'origin': 'reflection', 'active_observations': 'new'})
+        new = head.model_copy(
+            update={'id': 'rec-2', 'generation': 1, 'origin': 'reflection', 'active_observations': 'new'}
+        )
         committed = store.put_generation(new, expected_version=head.version)
         assert store.get_record('thread:r1/t1').active_observations == 'new'
         history = store.list_generations('thread:r1/t1')
         assert [r.generation for r in history] == [1, 0]
         assert history[1].active_observations == 'old'
         with pytest.raises(VersionConflictError):
-            store.put_generation(
-                new.model_copy(update={'id': 'rec-3', 'generation': 2}), expected_version=head.version
-            )
+            store.put_generation(new.model_copy(update={'id': 'rec-3', 'generation': 2}), expected_version=head.version)
         assert committed.generation == 1
 
     def test_update_of_retired_generation_is_refused(self, store):

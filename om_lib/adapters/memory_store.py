@@ -115,7 +115,9 @@ class InMemoryStore:
             if data is None or data.thread.resource_id != resource_id:
                 return MessagePage(messages=(), has_more=False)
             selected = [
-                m for m in data.ordered if (m.seq or 0) > after_seq and (before_seq is None or (m.seq or 0) < before_seq)
+                m
+                for m in data.ordered
+                if (m.seq or 0) > after_seq and (before_seq is None or (m.seq or 0) < before_seq)
             ]
             if newest_first:
                 selected.reverse()

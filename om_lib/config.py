@@ -1,0 +1,942 @@
+"""The configuration document (CONTRACT §1) and its resolved, validated view (reference spec §3).
+
+`OMConfig` is the document: JSON in camelCase, Python attributes in snake_case, unknown keys refused. Validating it
+also resolves it (defaults, fractions, multipliers, models) and runs the reference's checks, so an invalid document
+never exists as an `OMConfig`; `OMConfig.resolved()` returns the resolved view, `ResolvedOMConfig`.
+
+`load_config` finds the document (`--config FILE`, `OM_CONFIG_FILE`, `OM_CONFIG`, else defaults) and turns every
+problem into one readable `ConfigError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from om_lib.errors import ConfigError
+from om_lib.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelSpec
+from om_lib.thresholds import (
+    ThresholdRange,
+    calculate_dynamic_threshold,
+    get_max_threshold,
+    resolve_block_after,
+    resolve_buffer_tokens,
+)
+
+__all__ = [
+    'DEFAULT_MODEL',
+    'DOCS_MODELS_URL',
+    'KNOWN_PROVIDERS',
+    'GenerateTitleConfig',
+    'MessageRange',
+    'ModelFallbackEntry',
+    'ModelSettings',
+    'ModelSpec',
+    'ModelTiers',
+    'OMConfig',
+    'ObservationConfig',
+    'ReflectionConfig',
+    'ResolvedOMConfig',
+    'RetrievalConfig',
+    'RetrievalSettings',
+    'SemanticRecallConfig',
+    'SemanticRecallSettings',
+    'ThresholdRange',
+    'TitleGenerationSettings',
+    'WorkingMemoryConfig',
+    'format_validation_error',
+    'load_config',
+    'parse_model_spec',
+]
+
+DEFAULT_MODEL = 'google/gemini-2.5-flash'
+"""What `"default"` (and an unset model) means."""
+
+KNOWN_PROVIDERS: tuple[str, ...] = ('google', 'offline')
+"""Providers this build can call; any other provider is refused at start-up."""
+
+DOCS_MODELS_URL = 'https://mastra.ai/docs/memory/observational-memory#models'
+
+Scope: TypeAlias = Literal['thread', 'resource']
+
+# Reference defaults (spec §3.1).
+DEFAULT_MESSAGE_TOKENS = 30_000
+DEFAULT_OBSERVATION_TOKENS = 40_000
+DEFAULT_MAX_TOKENS_PER_BATCH = 10_000
+DEFAULT_BUFFER_TOKENS = 0.2
+DEFAULT_BUFFER_ACTIVATION = 0.8
+DEFAULT_BLOCK_AFTER = 1.2
+DEFAULT_PREVIOUS_OBSERVER_TOKENS = 2000
+DEFAULT_REFLECTION_BUFFER_ACTIVATION = 0.5
+DEFAULT_OBSERVER_TEMPERATURE = 0.3
+DEFAULT_REFLECTOR_TEMPERATURE = 0.0
+DEFAULT_MAX_OUTPUT_TOKENS = 100_000
+OBSERVER_THINKING_BUDGET = 215
+REFLECTOR_THINKING_BUDGET = 1024
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Value checks shared by several fields
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _number(value: Any) -> Any:
+    """Refuse booleans and strings where a number is expected (pydantic would quietly turn `true` into 1)."""
+    if isinstance(value, bool) or isinstance(value, str):
+        raise ValueError(f'must be a number, got {value!r}')
+    return value
+
+
+def _number_or_false(value: Any) -> Any:
+    """Accept `false` or a number; refuse `true` and strings."""
+    if value is False or value is None:
+        return value
+    if value is True or isinstance(value, str):
+        raise ValueError(f'must be false or a number, got {value!r}')
+    return value
+
+
+Number = Annotated[int | float, BeforeValidator(_number)]
+Count = Annotated[int, BeforeValidator(_number)]
+# `int | float | bool` (ints stay ints in snapshots), not `Literal[False] | float`: the literal would also take
+# 0 (0 == False) and turn it into false. The before-validator has already refused `true`, so bool only holds False.
+NumberOrFalse = Annotated[int | float | bool, BeforeValidator(_number_or_false)]
+
+
+def _check_model_name(value: Any) -> str:
+    """Validate one plain model name: `default`, `offline`, `offline/<anything>` or `<known provider>/<model id>`."""
+    if not isinstance(value, str):
+        raise ValueError(f'a model name must be a string like "{DEFAULT_MODEL}", got {value!r}')
+    name = value.strip()
+    if name == 'default':
+        return name
+    provider, slash, model_id = name.partition('/')
+    if provider not in KNOWN_PROVIDERS:
+        raise ValueError(
+            f'unknown model provider {provider!r} in {name!r}; known providers: {", ".join(KNOWN_PROVIDERS)} '
+            f'(write "provider/model", e.g. "{DEFAULT_MODEL}", or "default" or "offline")'
+        )
+    if provider != 'offline' and not model_id:
+        raise ValueError(f'model name {name!r} needs a model id after the provider, e.g. "{DEFAULT_MODEL}"')
+    if slash and not model_id:
+        raise ValueError(f'model name {name!r} has an empty model id after "/"')
+    return name
+
+
+def _model_ref(name: str) -> ModelRef:
+    """A validated plain model name as a `ModelRef` (`default` becomes the default model)."""
+    return ModelRef.parse(DEFAULT_MODEL if name == 'default' else name)
+
+
+class _Doc(BaseModel):
+    """Base of every part of the document: camelCase JSON, snake_case Python, unknown keys refused, immutable."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra='forbid', frozen=True)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The part as written (camelCase, only the keys that were set), e.g. for snapshots."""
+        return self.model_dump(mode='json', by_alias=True, exclude_unset=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Model settings
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class ModelTiers(_Doc):
+    """`{"upTo": {"10000": "google/gemini-2.5-flash", "40000": "..."}}`: a model chosen by input size (§21)."""
+
+    up_to: dict[str, str] = Field(
+        description='Largest input (tokens) each model takes -> model name; the first tier with input <= limit wins.'
+    )
+
+    @field_validator('up_to')
+    @classmethod
+    def _check_tiers(cls, up_to: dict[str, str]) -> dict[str, str]:
+        checked = {key: _check_model_name(model) for key, model in up_to.items()}
+        ModelByInputTokens.from_up_to({key: _model_ref(model) for key, model in checked.items()})
+        return checked
+
+    def to_spec(self) -> ModelByInputTokens:
+        """The resolved `ModelByInputTokens`."""
+        return ModelByInputTokens.from_up_to({key: _model_ref(model) for key, model in self.up_to.items()})
+
+
+class ModelFallbackEntry(_Doc):
+    """One entry of a fallback list: `{"model": "google/gemini-2.5-flash", "maxRetries": 2}`."""
+
+    model: str = Field(description='A plain model name (`provider/model`, `default` or `offline`).')
+    max_retries: Count = Field(default=0, ge=0, description='Retries of this model before the next entry is tried.')
+
+    @field_validator('model', mode='before')
+    @classmethod
+    def _check_model(cls, value: Any) -> str:
+        return _check_model_name(value)
+
+
+_FALLBACK_LIST = TypeAdapter(list[ModelFallbackEntry])
+
+
+def _check_model_setting(value: Any) -> Any:
+    """Validate any form of a `model` setting and hand pydantic a value that matches exactly one union member."""
+    if value is None or isinstance(value, ModelTiers):
+        return value
+    if isinstance(value, str):
+        return _check_model_name(value)
+    if isinstance(value, Mapping):
+        return ModelTiers.model_validate(value)
+    if isinstance(value, list | tuple):
+        if not value:
+            raise ValueError('a model fallback list needs at least one entry')
+        return _FALLBACK_LIST.validate_python(list(value))
+    raise ValueError(
+        'a model must be a name ("provider/model", "default", "offline"), {"upTo": {...}} or a fallback list '
+        f'[{{"model": ..., "maxRetries": ...}}], got {value!r}'
+    )
+
+
+ModelSetting = Annotated[str | ModelTiers | list[ModelFallbackEntry], BeforeValidator(_check_model_setting)]
+"""A `model` option as written: a name, `{"upTo": ...}` or a fallback list."""
+
+
+def parse_model_spec(setting: str | ModelTiers | list[ModelFallbackEntry]) -> ModelSpec:
+    """Turn a validated `model` option into the `ModelSpec` the router runs.
+
+    Args:
+        setting: A name (`default` is the default model), `ModelTiers` or a list of `ModelFallbackEntry`.
+
+    Returns:
+        `ModelRef`, `ModelByInputTokens` or `ModelFallbacks`.
+    """
+    if isinstance(setting, str):
+        return _model_ref(setting)
+    if isinstance(setting, ModelTiers):
+        return setting.to_spec()
+    return ModelFallbacks(entries=tuple((_model_ref(entry.model), entry.max_retries) for entry in setting))
+
+
+def _is_default_model(setting: str | ModelTiers | list[ModelFallbackEntry] | None) -> bool:
+    """Whether a role runs on the default model (unset, `default` or the default's full name)."""
+    return setting is None or (isinstance(setting, str) and _model_ref(setting) == _model_ref('default'))
+
+
+def _uses_google(spec: ModelSpec) -> bool:
+    """Whether any model a spec can pick is a Google model (thinking budgets only apply there)."""
+    if isinstance(spec, ModelRef):
+        return spec.provider == 'google'
+    if isinstance(spec, ModelByInputTokens):
+        return any(ref.provider == 'google' for _, ref in spec.tiers)
+    return any(ref.provider == 'google' for ref, _ in spec.entries)
+
+
+class ModelSettings(_Doc):
+    """`observation.modelSettings` / `reflection.modelSettings`."""
+
+    temperature: Number | None = Field(
+        default=None, ge=0, description='Sampling temperature (Observer default 0.3, Reflector default 0).'
+    )
+    max_output_tokens: Count | None = Field(
+        default=None, gt=0, description='Output cap; defaults to 100000 only when the role uses the default model.'
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Observational memory
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class ObservationConfig(_Doc):
+    """`observation`: when the Observer runs and how (spec §3.1)."""
+
+    model: ModelSetting | None = Field(default=None, description='Observer model; cannot be combined with `model`.')
+    instruction: str | None = Field(default=None, description="Appended to the Observer's system prompt.")
+    thread_title: bool = Field(default=False, description='The Observer also proposes thread titles.')
+    message_tokens: Count = Field(
+        default=DEFAULT_MESSAGE_TOKENS, gt=0, description='Unobserved message tokens that trigger observation.'
+    )
+    max_tokens_per_batch: Count = Field(
+        default=DEFAULT_MAX_TOKENS_PER_BATCH, gt=0, description='Resource scope: tokens per multi-thread batch.'
+    )
+    model_settings: ModelSettings = Field(default_factory=ModelSettings, description='Observer model settings.')
+    buffer_tokens: NumberOrFalse | None = Field(
+        default=None,
+        description='Async buffering interval: a fraction of messageTokens (0 < v < 1), tokens, or false (no async).',
+    )
+    buffer_activation: Number | None = Field(
+        default=None, description='Retention after activation: a ratio in (0, 1] or absolute tokens (>= 1000).'
+    )
+    block_after: Number | None = Field(
+        default=None, description='Forced observation point: a multiplier of messageTokens (1 <= v < 100) or tokens.'
+    )
+    previous_observer_tokens: NumberOrFalse | None = Field(
+        default=None, description="Budget for the Observer's view of earlier observations; false = no truncation."
+    )
+
+
+class ReflectionConfig(_Doc):
+    """`reflection`: when the Reflector runs and how (spec §3.1)."""
+
+    model: ModelSetting | None = Field(default=None, description='Reflector model; cannot be combined with `model`.')
+    instruction: str | None = Field(default=None, description="Appended to the Reflector's system prompt.")
+    observation_tokens: Count = Field(
+        default=DEFAULT_OBSERVATION_TOKENS, gt=0, description='Observation tokens above which reflection runs.'
+    )
+    model_settings: ModelSettings = Field(default_factory=ModelSettings, description='Reflector model settings.')
+    buffer_activation: Number | None = Field(
+        default=None, description='Start background reflection at this fraction of observationTokens, in (0, 1].'
+    )
+    block_after: Number | None = Field(
+        default=None, description='Forced reflection point: a multiplier of observationTokens or tokens.'
+    )
+
+
+class RetrievalConfig(_Doc):
+    """`retrieval` as an object: observation groups plus the `recall` tool."""
+
+    vector: bool = Field(default=False, description='Also offer semantic search over raw messages.')
+    scope: Scope = Field(default='resource', description="What `recall` may browse: this thread or the resource's.")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Wider memory options (seed 003)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class WorkingMemoryConfig(_Doc):
+    """`workingMemory`: a block the agent keeps up to date (Markdown template or JSON Schema, never both)."""
+
+    enabled: bool = Field(description='Turn working memory on.')
+    scope: Scope = Field(default='resource', description='Shared by all threads of a resource, or per thread.')
+    template: str | None = Field(default=None, description='Markdown template (replace semantics).')
+    json_schema: dict[str, Any] | None = Field(
+        default=None, alias='schema', description='JSON Schema of a JSON working memory (merge semantics).'
+    )
+    read_only: bool = Field(default=False, description='Show working memory but offer no tool to change it.')
+
+    @model_validator(mode='after')
+    def _template_or_schema(self) -> WorkingMemoryConfig:
+        if self.template is not None and self.json_schema is not None:
+            raise ValueError('set either `template` or `schema`, not both (workingMemory takes one of them)')
+        return self
+
+
+class MessageRange(_Doc):
+    """`semanticRecall.messageRange` as an object: context messages around each match."""
+
+    before: Count = Field(ge=0, description='Messages before each match.')
+    after: Count = Field(ge=0, description='Messages after each match.')
+
+
+class SemanticRecallConfig(_Doc):
+    """`semanticRecall`: vector search over earlier messages."""
+
+    top_k: Count = Field(default=4, ge=1, description='How many similar messages to retrieve.')
+    message_range: Count | MessageRange = Field(
+        default=1, description='Context around each match: a count (both sides) or {before, after}.'
+    )
+    scope: Scope = Field(default='resource', description="Search this thread or all of the resource's threads.")
+
+    @field_validator('message_range', mode='before')
+    @classmethod
+    def _range(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return MessageRange.model_validate(value)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+            raise ValueError('messageRange must be >= 0')
+        return _number(value)
+
+
+class GenerateTitleConfig(_Doc):
+    """`generateTitle` as an object."""
+
+    model: ModelSetting | None = Field(default=None, description="Title model; defaults to the actor's model.")
+    instructions: str | None = Field(default=None, description='Instructions for the title model.')
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Resolved view
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetrievalSettings:
+    """Resolved `retrieval` (None in `ResolvedOMConfig` when off).
+
+    Attributes:
+        vector: Semantic search is offered.
+        scope: What `recall` may browse.
+    """
+
+    vector: bool
+    scope: Scope
+
+
+@dataclass(frozen=True)
+class SemanticRecallSettings:
+    """Resolved `semanticRecall` (None in `ResolvedOMConfig` when off).
+
+    Attributes:
+        top_k: Matches to retrieve.
+        before: Context messages before each match.
+        after: Context messages after each match.
+        scope: Search scope.
+    """
+
+    top_k: int
+    before: int
+    after: int
+    scope: Scope
+
+
+@dataclass(frozen=True)
+class TitleGenerationSettings:
+    """Resolved `generateTitle` (None in `ResolvedOMConfig` when off).
+
+    Attributes:
+        model: The title model (the actor's model unless set).
+        instructions: Custom instructions, or None for the built-in ones.
+    """
+
+    model: ModelSpec
+    instructions: str | None
+
+
+@dataclass(frozen=True)
+class ResolvedOMConfig:
+    """Every setting with defaults applied, fractions and multipliers turned into tokens, models resolved.
+
+    Attributes:
+        enabled: Observational memory is on.
+        scope: `thread` or `resource`.
+        observer_model: `model ?? observation.model ?? reflection.model ?? default`.
+        reflector_model: `model ?? reflection.model ?? observation.model ?? default`.
+        actor_model: The chat endpoint's model.
+        message_tokens: Observation threshold; a `ThresholdRange` under `shareTokenBudget`.
+        observation_tokens: Reflection threshold.
+        buffer_tokens: Async buffering interval in tokens; None when async buffering is off.
+        buffer_activation: Ratio or absolute retention; None when async buffering is off.
+        block_after: Forced observation point in tokens; None when async buffering is off.
+        reflection_buffer_activation: Background reflection start ratio; None when async is off.
+        reflection_block_after: Forced reflection point in tokens; None when async is off.
+        previous_observer_tokens: Budget for the Observer's previous observations; None means no truncation.
+        max_tokens_per_batch: Resource scope batch size.
+        observer_temperature: Observer temperature.
+        reflector_temperature: Reflector temperature.
+        observer_max_output_tokens: Observer output cap, or None for the provider's.
+        reflector_max_output_tokens: Reflector output cap, or None for the provider's.
+        observer_thinking_budget: Google thinking budget of the Observer (None when no Google model is used).
+        reflector_thinking_budget: Google thinking budget of the Reflector (None when no Google model is used).
+        observation_instruction: Extra Observer instruction.
+        reflection_instruction: Extra Reflector instruction.
+        thread_title: The Observer proposes thread titles.
+        retrieval: Retrieval mode settings, None when off.
+        share_token_budget: Messages and observations share one budget.
+        obscure_thread_ids: Thread ids are hashed before models see them.
+        async_observation_enabled: Background observation is on (`buffer_tokens > 0`).
+        async_reflection_enabled: Background reflection is on (`reflection_buffer_activation > 0`).
+        working_memory: The working memory options, None when off.
+        semantic_recall: Semantic recall settings, None when off.
+        title_generation: Title generation settings, None when off.
+    """
+
+    enabled: bool
+    scope: Scope
+    observer_model: ModelSpec
+    reflector_model: ModelSpec
+    actor_model: ModelSpec
+    message_tokens: int | ThresholdRange
+    observation_tokens: int
+    buffer_tokens: int | None
+    buffer_activation: float | None
+    block_after: int | None
+    reflection_buffer_activation: float | None
+    reflection_block_after: int | None
+    previous_observer_tokens: int | None
+    max_tokens_per_batch: int
+    observer_temperature: float
+    reflector_temperature: float
+    observer_max_output_tokens: int | None
+    reflector_max_output_tokens: int | None
+    observer_thinking_budget: int | None
+    reflector_thinking_budget: int | None
+    observation_instruction: str | None
+    reflection_instruction: str | None
+    thread_title: bool
+    retrieval: RetrievalSettings | None
+    share_token_budget: bool
+    obscure_thread_ids: bool
+    async_observation_enabled: bool
+    async_reflection_enabled: bool
+    working_memory: WorkingMemoryConfig | None
+    semantic_recall: SemanticRecallSettings | None
+    title_generation: TitleGenerationSettings | None
+
+    def max_message_threshold(self) -> int:
+        """The largest observation threshold (`getMaxThreshold(messageTokens)`)."""
+        return get_max_threshold(self.message_tokens)
+
+    def dynamic_message_threshold(self, observation_tokens: int) -> int:
+        """The observation threshold in force for a record holding `observation_tokens` of observations."""
+        return calculate_dynamic_threshold(self.message_tokens, observation_tokens)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The document
+# ---------------------------------------------------------------------------------------------------------------------
+
+# Document keys that configure observational memory itself; setting any of them requires a model (seed 000).
+_OM_OPTIONS = frozenset({'scope', 'observation', 'reflection', 'share_token_budget', 'retrieval'})
+
+
+class OMConfig(_Doc):
+    """The configuration document (CONTRACT §1).
+
+    `OMConfig.model_validate(True)` is every default, `model_validate(False)` turns observational memory off.
+    Validation resolves and checks the whole document (reference §3.2-§3.3) and raises `pydantic.ValidationError`
+    naming the field and the rule; `resolved()` returns the result.
+    """
+
+    enabled: bool = Field(default=True, description='Observational memory is on; only `false` turns it off.')
+    model: ModelSetting | None = Field(
+        default=None, description='Model of both Observer and Reflector; cannot be combined with observation.model.'
+    )
+    scope: Scope = Field(default='thread', description='Observations per thread, or shared by a resource.')
+    share_token_budget: bool = Field(
+        default=False, description='Messages may use the observation budget left unused (needs bufferTokens: false).'
+    )
+    retrieval: bool | RetrievalConfig = Field(default=False, description='Retrieval mode and the `recall` tool.')
+    obscure_thread_ids: bool | None = Field(
+        default=None, description='Hash thread ids shown to models; unset means on in resource scope.'
+    )
+    observation: ObservationConfig = Field(default_factory=ObservationConfig, description='Observation options.')
+    reflection: ReflectionConfig = Field(default_factory=ReflectionConfig, description='Reflection options.')
+    actor_model: ModelSetting = Field(default='default', description="The chat endpoint's model.")
+    working_memory: WorkingMemoryConfig | None = Field(default=None, description='Working memory; off unless set.')
+    semantic_recall: SemanticRecallConfig | Literal[False] = Field(
+        default=False, description='Semantic recall; off unless set.'
+    )
+    generate_title: bool | GenerateTitleConfig = Field(default=False, description='Generate thread titles.')
+
+    _resolved: ResolvedOMConfig = PrivateAttr()
+
+    @model_validator(mode='before')
+    @classmethod
+    def _from_bool(cls, data: Any) -> Any:
+        # `true` is every default and `false` is "off", as for the reference's `observationalMemory` option.
+        if data is True:
+            return {}
+        if data is False:
+            return {'enabled': False}
+        return data
+
+    @field_validator('retrieval', mode='before')
+    @classmethod
+    def _retrieval(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return RetrievalConfig.model_validate(value)
+        if not isinstance(value, bool | RetrievalConfig):
+            raise ValueError(f'retrieval must be true, false or {{vector, scope}}, got {value!r}')
+        return value
+
+    @field_validator('semantic_recall', mode='before')
+    @classmethod
+    def _semantic_recall(cls, value: Any) -> Any:
+        if value is True:
+            return SemanticRecallConfig()
+        if isinstance(value, Mapping):
+            return SemanticRecallConfig.model_validate(value)
+        if value is not False and not isinstance(value, SemanticRecallConfig):
+            raise ValueError(f'semanticRecall must be false, true or {{topK, messageRange, scope}}, got {value!r}')
+        return value
+
+    @field_validator('generate_title', mode='before')
+    @classmethod
+    def _generate_title(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return GenerateTitleConfig.model_validate(value)
+        if not isinstance(value, bool | GenerateTitleConfig):
+            raise ValueError(f'generateTitle must be true, false or {{model, instructions}}, got {value!r}')
+        return value
+
+    @model_validator(mode='after')
+    def _resolve(self) -> OMConfig:
+        self._resolved = _resolve(self)
+        return self
+
+    def resolved(self) -> ResolvedOMConfig:
+        """The resolved view (computed once, at validation)."""
+        return self._resolved
+
+    @property
+    def obscure_thread_ids_resolved(self) -> bool:
+        """`obscureThreadIds`, with unset meaning on in resource scope (as the reference's Memory API does)."""
+        return self.obscure_thread_ids if self.obscure_thread_ids is not None else self.scope == 'resource'
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Resolution and validation (reference §3.2 then §3.3; the first failure is raised)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _refuse_async_buffering_in_resource_scope(scope: Scope, async_buffering_configured: bool) -> None:
+    """Resource scope does not run async buffering yet (reference §3.3 rule 1).
+
+    Kept on its own so that supporting it later means relaxing this one function.
+
+    Raises:
+        ValueError: An async buffering knob was set explicitly in resource scope.
+    """
+    if async_buffering_configured and scope == 'resource':
+        raise ValueError(
+            "Async buffering is not yet supported with scope: 'resource'. "
+            "Use scope: 'thread', or set observation: { bufferTokens: false } to disable async buffering."
+        )
+
+
+def _resolve_models(config: OMConfig) -> tuple[ModelSpec, ModelSpec, bool, bool]:
+    """Observer and Reflector models, and whether each is the default model.
+
+    Raises:
+        ValueError: `model` is combined with a role's model, or a config object sets observational-memory
+            options without any model.
+    """
+    observation, reflection = config.observation, config.reflection
+    if config.model is not None and observation.model is not None:
+        raise ValueError(
+            'Cannot set both `model` and `observation.model`. Use `model` to set both agents, or set each individually.'
+        )
+    if config.model is not None and reflection.model is not None:
+        raise ValueError(
+            'Cannot set both `model` and `reflection.model`. Use `model` to set both agents, or set each individually.'
+        )
+    observer = config.model if config.model is not None else observation.model
+    observer = observer if observer is not None else reflection.model
+    reflector = config.model if config.model is not None else reflection.model
+    reflector = reflector if reflector is not None else observation.model
+    # Seed 000: a config object must name a model. We apply it to documents that configure observational memory
+    # (anything beyond `enabled`); `true`, `{}` and documents with only the wider options use the default model.
+    if config.enabled and observer is None and _OM_OPTIONS & config.model_fields_set:
+        raise ValueError(
+            'Observational Memory requires a model to be set: set `model` (e.g. "default" for '
+            f'{DEFAULT_MODEL}), `observation.model` or `reflection.model`. See {DOCS_MODELS_URL}'
+        )
+    observer_spec = parse_model_spec(observer) if observer is not None else _model_ref('default')
+    reflector_spec = parse_model_spec(reflector) if reflector is not None else _model_ref('default')
+    return observer_spec, reflector_spec, _is_default_model(observer), _is_default_model(reflector)
+
+
+def _resolve(config: OMConfig) -> ResolvedOMConfig:
+    observation, reflection = config.observation, config.reflection
+    observer_model, reflector_model, observer_default, reflector_default = _resolve_models(config)
+
+    message_tokens = observation.message_tokens
+    observation_tokens = reflection.observation_tokens
+    threshold: int | ThresholdRange = (
+        ThresholdRange(min=message_tokens, max=message_tokens + observation_tokens)
+        if config.share_token_budget
+        else message_tokens
+    )
+
+    async_configured = (
+        observation.buffer_tokens is not None
+        or observation.buffer_activation is not None
+        or reflection.buffer_activation is not None
+    )
+    async_disabled = observation.buffer_tokens is False or (config.scope == 'resource' and not async_configured)
+
+    if config.share_token_budget and not async_disabled:
+        common = (
+            'shareTokenBudget requires async buffering to be disabled (this is a temporary limitation). '
+            'Add observation: { bufferTokens: false } to your config:\n\n'
+            '  observationalMemory: {\n'
+            '    shareTokenBudget: true,\n'
+            '    observation: { bufferTokens: false },\n'
+            '  }\n'
+        )
+        if async_configured:
+            raise ValueError(
+                common + '\nRemove any other async buffering settings (bufferTokens, bufferActivation, blockAfter).'
+            )
+        raise ValueError(
+            common
+            + '\nAsync buffering is enabled by default — this opt-out is only needed when using shareTokenBudget.'
+        )
+
+    buffer_tokens: float | None = None
+    buffer_activation: float | None = None
+    block_after: float | None = None
+    reflection_buffer_activation: float | None = None
+    reflection_block_after: float | None = None
+    if not async_disabled:
+        # Async is on, so bufferTokens is unset or a number (`is False` only narrows the type).
+        raw_buffer_tokens = observation.buffer_tokens
+        user_buffer_tokens: float = (
+            DEFAULT_BUFFER_TOKENS if raw_buffer_tokens is None or raw_buffer_tokens is False else raw_buffer_tokens
+        )
+        buffer_tokens = resolve_buffer_tokens(user_buffer_tokens, message_tokens)
+        buffer_activation = (
+            observation.buffer_activation if observation.buffer_activation is not None else DEFAULT_BUFFER_ACTIVATION
+        )
+        raw_block_after = observation.block_after
+        if raw_block_after is None and user_buffer_tokens:
+            raw_block_after = DEFAULT_BLOCK_AFTER
+        block_after = resolve_block_after(raw_block_after, message_tokens) if raw_block_after is not None else None
+        reflection_buffer_activation = (
+            reflection.buffer_activation
+            if reflection.buffer_activation is not None
+            else DEFAULT_REFLECTION_BUFFER_ACTIVATION
+        )
+        raw_reflection_block_after = reflection.block_after
+        if raw_reflection_block_after is None and reflection_buffer_activation:
+            raw_reflection_block_after = DEFAULT_BLOCK_AFTER
+        if raw_reflection_block_after is not None:
+            reflection_block_after = resolve_block_after(raw_reflection_block_after, observation_tokens)
+
+    previous_observer_tokens = (
+        observation.previous_observer_tokens
+        if observation.previous_observer_tokens is not None
+        else DEFAULT_PREVIOUS_OBSERVER_TOKENS
+    )
+
+    # --- validation (§3.3), on the resolved values; T is the maximum observation threshold ---
+    _refuse_async_buffering_in_resource_scope(
+        config.scope,
+        buffer_tokens is not None or buffer_activation is not None or reflection_buffer_activation is not None,
+    )
+    max_threshold = get_max_threshold(threshold)
+    if buffer_tokens is not None:
+        if buffer_tokens <= 0:
+            raise ValueError(f'observation.bufferTokens must be > 0, got {_fmt(buffer_tokens)}')
+        if buffer_tokens >= max_threshold:
+            raise ValueError(
+                f'observation.bufferTokens ({_fmt(buffer_tokens)}) must be less than messageTokens ({max_threshold})'
+            )
+    if buffer_activation is not None:
+        if buffer_activation <= 0:
+            raise ValueError(f'observation.bufferActivation must be > 0, got {_fmt(buffer_activation)}')
+        if 1 < buffer_activation < 1000:
+            raise ValueError(
+                'observation.bufferActivation must be <= 1 (ratio) or >= 1000 (absolute token retention), '
+                f'got {_fmt(buffer_activation)}'
+            )
+        if buffer_activation >= 1000 and buffer_activation >= max_threshold:
+            raise ValueError(
+                f'observation.bufferActivation as absolute retention ({_fmt(buffer_activation)}) must be less than '
+                f'messageTokens ({max_threshold})'
+            )
+    if block_after is not None:
+        if block_after < max_threshold:
+            raise ValueError(f'observation.blockAfter ({_fmt(block_after)}) must be >= messageTokens ({max_threshold})')
+        if not buffer_tokens:
+            raise ValueError(
+                'observation.blockAfter requires observation.bufferTokens to be set '
+                '(blockAfter only applies when async buffering is enabled)'
+            )
+    if previous_observer_tokens is not False and (
+        not math.isfinite(previous_observer_tokens) or previous_observer_tokens < 0
+    ):
+        raise ValueError(
+            'observation.previousObserverTokens must be false or a finite number >= 0, '
+            f'got {_fmt(previous_observer_tokens)}'
+        )
+    if reflection_buffer_activation is not None and not 0 < reflection_buffer_activation <= 1:
+        raise ValueError(
+            f'reflection.bufferActivation must be in range (0, 1], got {_fmt(reflection_buffer_activation)}'
+        )
+    if reflection_block_after is not None:
+        if reflection_block_after < observation_tokens:
+            raise ValueError(
+                f'reflection.blockAfter ({_fmt(reflection_block_after)}) must be >= reflection.observationTokens '
+                f'({observation_tokens})'
+            )
+        if not reflection_buffer_activation:
+            raise ValueError(
+                'reflection.blockAfter requires reflection.bufferActivation to be set '
+                '(blockAfter only applies when async reflection is enabled)'
+            )
+
+    observer_settings, reflector_settings = observation.model_settings, reflection.model_settings
+    actor_model = parse_model_spec(config.actor_model)
+    return ResolvedOMConfig(
+        enabled=config.enabled,
+        scope=config.scope,
+        observer_model=observer_model,
+        reflector_model=reflector_model,
+        actor_model=actor_model,
+        message_tokens=threshold,
+        observation_tokens=observation_tokens,
+        buffer_tokens=_tokens(buffer_tokens),
+        buffer_activation=buffer_activation,
+        block_after=_tokens(block_after),
+        reflection_buffer_activation=reflection_buffer_activation,
+        reflection_block_after=_tokens(reflection_block_after),
+        previous_observer_tokens=None if previous_observer_tokens is False else int(previous_observer_tokens),
+        max_tokens_per_batch=observation.max_tokens_per_batch,
+        observer_temperature=(
+            observer_settings.temperature if observer_settings.temperature is not None else DEFAULT_OBSERVER_TEMPERATURE
+        ),
+        reflector_temperature=(
+            reflector_settings.temperature
+            if reflector_settings.temperature is not None
+            else DEFAULT_REFLECTOR_TEMPERATURE
+        ),
+        observer_max_output_tokens=(
+            observer_settings.max_output_tokens
+            if observer_settings.max_output_tokens is not None
+            else (DEFAULT_MAX_OUTPUT_TOKENS if observer_default else None)
+        ),
+        reflector_max_output_tokens=(
+            reflector_settings.max_output_tokens
+            if reflector_settings.max_output_tokens is not None
+            else (DEFAULT_MAX_OUTPUT_TOKENS if reflector_default else None)
+        ),
+        observer_thinking_budget=OBSERVER_THINKING_BUDGET if _uses_google(observer_model) else None,
+        reflector_thinking_budget=REFLECTOR_THINKING_BUDGET if _uses_google(reflector_model) else None,
+        observation_instruction=observation.instruction,
+        reflection_instruction=reflection.instruction,
+        thread_title=observation.thread_title,
+        retrieval=_resolve_retrieval(config.retrieval),
+        share_token_budget=config.share_token_budget,
+        obscure_thread_ids=config.obscure_thread_ids_resolved,
+        async_observation_enabled=buffer_tokens is not None and buffer_tokens > 0,
+        async_reflection_enabled=reflection_buffer_activation is not None and reflection_buffer_activation > 0,
+        working_memory=config.working_memory if config.working_memory and config.working_memory.enabled else None,
+        semantic_recall=_resolve_semantic_recall(config.semantic_recall),
+        title_generation=_resolve_title_generation(config.generate_title, actor_model),
+    )
+
+
+def _resolve_retrieval(retrieval: bool | RetrievalConfig) -> RetrievalSettings | None:
+    # `true` is the seed's default: cross-thread browsing (scope 'resource'), no vector search.
+    if retrieval is True:
+        return RetrievalSettings(vector=False, scope='resource')
+    if isinstance(retrieval, RetrievalConfig):
+        return RetrievalSettings(vector=retrieval.vector, scope=retrieval.scope)
+    return None
+
+
+def _resolve_semantic_recall(recall: SemanticRecallConfig | Literal[False]) -> SemanticRecallSettings | None:
+    if recall is False:
+        return None
+    message_range = recall.message_range
+    if isinstance(message_range, MessageRange):
+        before, after = message_range.before, message_range.after
+    else:
+        before = after = message_range
+    return SemanticRecallSettings(top_k=recall.top_k, before=before, after=after, scope=recall.scope)
+
+
+def _resolve_title_generation(
+    generate_title: bool | GenerateTitleConfig, actor_model: ModelSpec
+) -> TitleGenerationSettings | None:
+    if generate_title is False:
+        return None
+    if generate_title is True:
+        return TitleGenerationSettings(model=actor_model, instructions=None)
+    model = parse_model_spec(generate_title.model) if generate_title.model is not None else actor_model
+    return TitleGenerationSettings(model=model, instructions=generate_title.instructions)
+
+
+def _tokens(value: float | None) -> int | None:
+    """A resolved token figure as an int (absolute values are taken as written; fractions are already rounded)."""
+    return None if value is None else int(value) if float(value).is_integer() else math.floor(value + 0.5)
+
+
+def _fmt(value: float) -> str:
+    """A number as the reference prints it: `5000`, not `5000.0`."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def load_config(*, path: str | None = None, env: Mapping[str, str] | None = None) -> OMConfig:
+    """Find and validate the configuration document; the first source found wins.
+
+    Order: `path` (the `--config FILE` option), the file named by `OM_CONFIG_FILE`, the JSON in `OM_CONFIG`;
+    with none of them, every default (`OMConfig.model_validate(True)`).
+
+    Args:
+        path: An explicit configuration file.
+        env: The environment to read (defaults to `os.environ`).
+
+    Returns:
+        The validated document.
+
+    Raises:
+        ConfigError: The source cannot be read, is not JSON, or is not a valid document. The message names the
+            source and, for validation errors, each field path (camelCase, dotted) and the rule.
+    """
+    environ = os.environ if env is None else env
+    if path:
+        return _load_file(path, f'config file {path}')
+    env_file = environ.get('OM_CONFIG_FILE')
+    if env_file:
+        return _load_file(env_file, f'config file {env_file} (OM_CONFIG_FILE)')
+    env_json = environ.get('OM_CONFIG')
+    if env_json is not None and env_json.strip():
+        return _parse(env_json, 'OM_CONFIG')
+    return OMConfig.model_validate(True)
+
+
+def _load_file(path: str, source: str) -> OMConfig:
+    try:
+        text = Path(path).read_text(encoding='utf-8')
+    except OSError as exc:
+        raise ConfigError(f'{source}: cannot read it ({exc.strerror or exc})') from exc
+    return _parse(text, source)
+
+
+def _parse(text: str, source: str) -> OMConfig:
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f'{source}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})') from exc
+    try:
+        return OMConfig.model_validate(document)
+    except ValidationError as exc:
+        raise ConfigError(f'{source}: invalid configuration\n{format_validation_error(exc)}') from exc
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line per problem: `  - observation.bufferTokens: must be ...` (root-level rules name their own fields).
+
+    Args:
+        exc: The pydantic error of `OMConfig` validation.
+
+    Returns:
+        The readable, multi-line description.
+    """
+    lines = []
+    for error in exc.errors():
+        loc = '.'.join(to_camel(part) if isinstance(part, str) else f'[{part}]' for part in error['loc'])
+        loc = loc.replace('.[', '[')
+        message = error['msg']
+        for prefix in ('Value error, ', 'Assertion failed, '):
+            message = message.removeprefix(prefix)
+        if error['type'] == 'extra_forbidden':
+            message = 'unknown key (not a configuration option)'
+        lines.append(f'  - {loc}: {message}' if loc else f'  - {message}')
+    return '\n'.join(lines)

@@ -1,0 +1,761 @@
+"""The step engine: what happens around every Actor call.
+
+`prepare_step` saves the step's new input first, then loads only the unobserved messages (by cursor), observes
+synchronously when they pass `messageTokens`, reflects when observations pass `observationTokens`, and returns what
+the Actor should see. `complete_turn` saves the turn's outputs. A failing model never loses a message: the step
+still answers, with a `data-om-observation-failed` part, and the backlog is observed on a later step.
+
+Concurrency: every record write is conditional on its version (optimistic locking). Observation and reflection
+first take a lease on the record (a flag with an expiry), so concurrent steps do not pay for the same model call
+twice and a crashed holder never blocks the record for longer than the lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from om_lib import context as ctx
+from om_lib import observer as obs
+from om_lib import parts as om_parts
+from om_lib import reflector as refl
+from om_lib.config import OMConfig, ResolvedOMConfig
+from om_lib.errors import DeadlineExceededError, InvalidInputError, ModelError, ModelOutputError, VersionConflictError
+from om_lib.llm import Content, InlineBlob, ModelRequest
+from om_lib.messages import Message, TextPart, ToolCallPart, ToolResultPart
+from om_lib.model_router import ModelRouter
+from om_lib.ports import BlobReader, Clock, MemoryStore
+from om_lib.records import Lease, ObservationGroup, OMRecord, Thread, record_key
+from om_lib.tokens import TokenCounter
+
+logger = logging.getLogger(__name__)
+
+LEASE_TTL = timedelta(minutes=2)
+MAX_COMMIT_ATTEMPTS = 4
+UNOBSERVED_PAGE = 500
+# Gemini accepts inline request data up to about 20 MB; stay well inside it.
+MAX_INLINE_ATTACHMENT_BYTES = 12 * 1024 * 1024
+# With observational memory off, the Actor gets the most recent messages (the seed's `lastMessages` default).
+LAST_MESSAGES_WHEN_DISABLED = 10
+
+
+@dataclass
+class StepResult:
+    """What the Actor should see for this step."""
+
+    thread_id: str
+    resource_id: str
+    system: str
+    messages: list[Message]
+    parts: list[dict[str, Any]]
+    record: OMRecord | None
+    saved_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TurnResult:
+    """What `complete_turn` saved."""
+
+    saved: list[Message]
+    parts: list[dict[str, Any]]
+
+
+@dataclass
+class _Cycle:
+    cycle_id: str
+    started_at: datetime
+    started_mono: float
+
+
+class MemoryEngine:
+    """Observational memory for one configuration, over injected store, model router, counter and clock."""
+
+    def __init__(
+        self,
+        config: OMConfig,
+        *,
+        store: MemoryStore,
+        router: ModelRouter,
+        counter: TokenCounter,
+        clock: Clock,
+        blobs: BlobReader | None = None,
+        time_budget_s: float = 20.0,
+        id_factory: Callable[[], str] | None = None,
+    ) -> None:
+        self.config = config
+        self.settings: ResolvedOMConfig = config.resolved()
+        self.store = store
+        self.router = router
+        self.counter = counter
+        self.clock = clock
+        self.blobs = blobs
+        self.time_budget_s = time_budget_s
+        self._new_id = id_factory or (lambda: uuid.uuid4().hex)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Public operations
+    # ------------------------------------------------------------------------------------------------------------
+    def prepare_step(
+        self, resource_id: str, thread_id: str, new_messages: Sequence[Message], *, step_number: int = 0
+    ) -> StepResult:
+        """Save the step's new input, update memory when due, and return the Actor's context."""
+        deadline = self.clock.monotonic() + self.time_budget_s
+        _check_ids(resource_id, thread_id)
+        now = self.clock.now()
+        incoming = [self.counter.with_token_counts(m) for m in _drop_engine_text(new_messages)]
+        appended = self.store.append_messages(resource_id, thread_id, incoming, now=now)
+        parts: list[dict[str, Any]] = []
+
+        if not self.settings.enabled:
+            page = self.store.list_messages(
+                resource_id, thread_id, limit=LAST_MESSAGES_WHEN_DISABLED, newest_first=True
+            )
+            return StepResult(
+                thread_id, resource_id, '', list(reversed(page.messages)), parts, None, list(appended.created_ids)
+            )
+
+        thread = appended.thread
+        record = self._get_or_create_record(resource_id, thread_id)
+        unobserved = self._load_unobserved(record, resource_id, thread_id)
+        pending = self.counter.count_messages(unobserved)
+        threshold = self._message_threshold(record)
+
+        if unobserved and pending >= threshold and not _has_pending_tool_call(unobserved):
+            record, thread = self._observe(record, thread, unobserved, deadline, parts)
+            unobserved = self._load_unobserved(record, resource_id, thread_id)
+        record = self._maybe_reflect(record, thread_id, deadline, parts)
+
+        # The in-flight input of this step is never taken away from the Actor, even when it was just observed
+        # (an oversized first message is observed at once, yet the Actor still needs to answer it).
+        visible = list(unobserved)
+        seen = {m.id for m in visible}
+        protected = [m for m in appended.messages if m.id not in seen and m.role == 'user']
+        visible = sorted([*protected, *visible], key=lambda m: m.seq or 0)
+
+        system = self._system_text(record, thread)
+        messages = visible
+        if record.active_observations.strip():
+            messages = [self._continuation_message(), *visible]
+        parts.append(self._status_part(record, messages, thread_id, step_number))
+        return StepResult(thread_id, resource_id, system, messages, parts, record, list(appended.created_ids))
+
+    def complete_turn(self, resource_id: str, thread_id: str, outputs: Sequence[Message]) -> TurnResult:
+        """Save the turn's outputs (assistant and tool messages). Idempotent per message id."""
+        _check_ids(resource_id, thread_id)
+        incoming = [self.counter.with_token_counts(m) for m in _drop_engine_text(outputs)]
+        appended = self.store.append_messages(resource_id, thread_id, incoming, now=self.clock.now())
+        return TurnResult(saved=list(appended.messages), parts=[])
+
+    def observe_now(
+        self, resource_id: str, thread_id: str, *, deadline: float | None = None
+    ) -> tuple[OMRecord, list[dict[str, Any]]]:
+        """Observe every unobserved message of a thread regardless of the threshold (workers, tests, tools)."""
+        parts: list[dict[str, Any]] = []
+        thread = self.store.get_thread(resource_id, thread_id)
+        if thread is None:
+            from om_lib.errors import ThreadNotFoundError
+
+            raise ThreadNotFoundError(thread_id)
+        limit = deadline if deadline is not None else self.clock.monotonic() + self.time_budget_s
+        record = self._get_or_create_record(resource_id, thread_id)
+        unobserved = self._load_unobserved(record, resource_id, thread_id)
+        if unobserved:
+            record, _ = self._observe(record, thread, unobserved, limit, parts)
+        record = self._maybe_reflect(record, thread_id, limit, parts)
+        return record, parts
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Records and messages
+    # ------------------------------------------------------------------------------------------------------------
+    def _key(self, resource_id: str, thread_id: str) -> str:
+        return record_key(self.settings.scope, resource_id, thread_id)
+
+    def _get_or_create_record(self, resource_id: str, thread_id: str) -> OMRecord:
+        key = self._key(resource_id, thread_id)
+        record = self.store.get_record(key)
+        if record is not None:
+            return record
+        now = self.clock.now()
+        fresh = OMRecord(
+            id=self._new_id(),
+            key=key,
+            scope=self.settings.scope,
+            resource_id=resource_id,
+            thread_id=thread_id if self.settings.scope == 'thread' else None,
+            created_at=now,
+            updated_at=now,
+        )
+        try:
+            return self.store.put_record(fresh, expected_version=None)
+        except VersionConflictError:
+            existing = self.store.get_record(key)
+            if existing is None:  # pragma: no cover - created and erased in between
+                raise
+            return existing
+
+    def _load_unobserved(self, record: OMRecord, resource_id: str, thread_id: str) -> list[Message]:
+        """Messages after the thread's cursor, page by page; never the observed history."""
+        after = record.cursor(thread_id)
+        out: list[Message] = []
+        while True:
+            page = self.store.list_messages(resource_id, thread_id, after_seq=after, limit=UNOBSERVED_PAGE)
+            out.extend(page.messages)
+            if not page.has_more or not page.messages:
+                return out
+            after = page.messages[-1].seq or after
+
+    def _message_threshold(self, record: OMRecord) -> int:
+        return self.settings.dynamic_message_threshold(record.observation_tokens)
+
+    def _commit(self, record: OMRecord, change: Callable[[OMRecord], OMRecord | None]) -> OMRecord | None:
+        """Apply `change` to the freshest head with a conditional write, re-reading after a lost race.
+
+        `change` returns None when the work is no longer needed (or no longer ours); then nothing is written.
+        """
+        current: OMRecord | None = record
+        for _ in range(MAX_COMMIT_ATTEMPTS):
+            if current is None:
+                return None
+            updated = change(current)
+            if updated is None:
+                return None
+            try:
+                return self.store.put_record(
+                    updated.model_copy(update={'updated_at': self.clock.now()}), expected_version=current.version
+                )
+            except VersionConflictError:
+                current = self.store.get_record(record.key)
+        raise VersionConflictError(record.key, current.version if current else None)
+
+    def _take_lease(
+        self, record: OMRecord, attr: str, owner: str, still_needed: Callable[[OMRecord], bool]
+    ) -> OMRecord | None:
+        now = self.clock.now()
+        lease = Lease(owner=owner, expires_at=now + LEASE_TTL)
+
+        def take(current: OMRecord) -> OMRecord | None:
+            held: Lease | None = getattr(current, attr)
+            if held is not None and held.active(now) and held.owner != owner:
+                return None  # someone else is on it
+            if not still_needed(current):
+                return None
+            return current.model_copy(update={attr: lease})
+
+        return self._commit(record, take)
+
+    def _release_lease(self, record: OMRecord, attr: str, owner: str, **extra: Any) -> OMRecord:
+        def release(current: OMRecord) -> OMRecord | None:
+            held: Lease | None = getattr(current, attr)
+            if held is None or held.owner != owner:
+                return None
+            return current.model_copy(update={attr: None, **extra})
+
+        try:
+            return self._commit(record, release) or (self.store.get_record(record.key) or record)
+        except VersionConflictError:  # pragma: no cover - the lease expires on its own
+            return self.store.get_record(record.key) or record
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Observation
+    # ------------------------------------------------------------------------------------------------------------
+    def _observe(
+        self,
+        record: OMRecord,
+        thread: Thread,
+        messages: list[Message],
+        deadline: float,
+        parts: list[dict[str, Any]],
+    ) -> tuple[OMRecord, Thread]:
+        """One synchronous observation cycle over `messages` (all unobserved messages of one thread)."""
+        thread_id = thread.id
+        last_seq = messages[-1].seq or 0
+        first_seq = messages[0].seq or 0
+        cycle = self._start_cycle()
+        tokens = self.counter.count_messages(messages)
+        leased = self._take_lease(record, 'observing', cycle.cycle_id, lambda cur: cur.cursor(thread_id) < last_seq)
+        if leased is None:
+            # Another request is observing (or already did): keep going with the raw messages.
+            return self.store.get_record(record.key) or record, thread
+        parts.append(
+            om_parts.observation_start(
+                cycle_id=cycle.cycle_id,
+                operation='observation',
+                started_at=cycle.started_at,
+                tokens_to_observe=tokens,
+                record_id=leased.id,
+                thread_id=thread_id,
+                thread_ids=[thread_id],
+                config=self._marker_config(),
+            )
+        )
+        try:
+            parsed = self._call_observer(leased, thread, messages, tokens, deadline)
+        except ModelError as exc:
+            logger.warning('observation failed', extra={'thread_id': thread_id, 'error': str(exc)})
+            parts.append(self._failed_part(cycle, 'observation', tokens, exc, leased.id, thread_id))
+            return self._release_lease(leased, 'observing', cycle.cycle_id), thread
+
+        observed_at = max(m.created_at for m in messages)
+        new_text_block = parsed.observations.strip()
+        if self.settings.retrieval is not None:
+            new_text_block = ctx.wrap_in_observation_group(new_text_block, messages[0].id, messages[-1].id)
+        group = ObservationGroup(
+            id=self._new_id()[:16],
+            thread_id=thread_id,
+            start_id=messages[0].id,
+            end_id=messages[-1].id,
+            start_seq=first_seq,
+            end_seq=last_seq,
+            created_at=self.clock.now(),
+        )
+
+        def apply(current: OMRecord) -> OMRecord | None:
+            held = current.observing
+            if held is None or held.owner != cycle.cycle_id or current.cursor(thread_id) >= last_seq:
+                return None  # the lease was taken over: a stale holder never writes
+            existing = current.active_observations
+            text = existing + ctx.message_boundary(observed_at) + new_text_block if existing.strip() else new_text_block
+            last_observed = max(current.last_observed_at, observed_at) if current.last_observed_at else observed_at
+            return current.model_copy(
+                update={
+                    'active_observations': text,
+                    'observation_tokens': self.counter.count_observations(text),
+                    'total_tokens_observed': current.total_tokens_observed + tokens,
+                    'cursors': {**current.cursors, thread_id: last_seq},
+                    'last_observed_at': last_observed,
+                    'groups': (*current.groups, group),
+                    'observing': None,
+                    'pending_message_tokens': 0,
+                }
+            )
+
+        try:
+            committed = self._commit(leased, apply)
+        except VersionConflictError as exc:
+            parts.append(self._failed_part(cycle, 'observation', tokens, exc, leased.id, thread_id, reason='conflict'))
+            return self.store.get_record(record.key) or leased, thread
+        if committed is None:
+            err = VersionConflictError(record.key, leased.version)
+            parts.append(self._failed_part(cycle, 'observation', tokens, err, leased.id, thread_id, reason='conflict'))
+            return self.store.get_record(record.key) or leased, thread
+
+        thread = self._update_thread_hints(thread, parsed, cycle, parts)
+        parts.append(
+            om_parts.observation_end(
+                cycle_id=cycle.cycle_id,
+                operation='observation',
+                completed_at=self.clock.now(),
+                duration_ms=self._elapsed_ms(cycle),
+                tokens_observed=tokens,
+                observation_tokens=self.counter.count_observations(parsed.observations),
+                observations=parsed.observations,
+                current_task=parsed.current_task,
+                suggested_response=parsed.suggested_response,
+                record_id=committed.id,
+                thread_id=thread_id,
+            )
+        )
+        return committed, thread
+
+    def _call_observer(
+        self, record: OMRecord, thread: Thread, messages: list[Message], tokens: int, deadline: float
+    ) -> obs.ParsedObservations:
+        s = self.settings
+        context_text, truncated = obs.prepare_observer_context(
+            record.active_observations,
+            s.previous_observer_tokens,
+            self.counter.count_string,
+            buffered_reflection=record.buffered_reflection,
+            reflected_line_count=record.reflected_line_count,
+        )
+        transcript = obs.format_messages_for_observer(
+            messages, timezone=record.observed_timezone, count=self.counter.count_string
+        )
+        prompt = obs.build_observer_request(
+            transcript=transcript,
+            previous_observations=context_text,
+            was_truncated=truncated,
+            prior_current_task=thread.current_task,
+            prior_suggested_response=thread.suggested_response,
+            prior_thread_title=thread.title,
+            thread_title=s.thread_title,
+        )
+        request = ModelRequest(
+            purpose='observer',
+            system=obs.build_observer_system_prompt(instruction=s.observation_instruction, thread_title=s.thread_title),
+            contents=(Content('user', (prompt, *self._inline_attachments(transcript))),),
+            temperature=s.observer_temperature,
+            max_output_tokens=s.observer_max_output_tokens,
+            thinking_budget=s.observer_thinking_budget,
+            source_messages=tuple(messages),
+            source_observations=context_text,
+        )
+        # A degenerate or unusable answer gets one fresh sample, then counts as a failed call (spec §13.6).
+        for attempt in range(2):
+            response = self.router.generate(s.observer_model, request, input_tokens=tokens, deadline=deadline)
+            parsed = obs.parse_observer_output(response.text)
+            if not obs.is_unusable_observer_output(parsed):
+                return parsed
+            logger.warning('observer output unusable', extra={'attempt': attempt + 1, 'degenerate': parsed.degenerate})
+        raise ModelOutputError('Observer produced degenerate output after retry')
+
+    def _inline_attachments(self, transcript: obs.ObserverTranscript) -> list[InlineBlob]:
+        """Image bytes the Observer can see: inline data, or stored `s3://` images read back, within a size cap."""
+        import base64
+        import binascii
+
+        blobs: list[InlineBlob] = []
+        budget = MAX_INLINE_ATTACHMENT_BYTES
+        for ref in transcript.attachments:
+            if ref.kind != 'image':
+                continue
+            data: bytes | None = None
+            if ref.data:
+                try:
+                    data = base64.b64decode(ref.data, validate=False)
+                except (binascii.Error, ValueError):
+                    data = None
+            elif ref.url and ref.url.startswith('s3://') and self.blobs is not None:
+                data = self.blobs.read(ref.url, max_bytes=budget)
+            if data is None or len(data) > budget:
+                continue  # the placeholder alone tells the Observer an image was there
+            budget -= len(data)
+            blobs.append(InlineBlob(mime_type=ref.media_type or 'image/png', data=data))
+        return blobs
+
+    def _update_thread_hints(
+        self, thread: Thread, parsed: obs.ParsedObservations, cycle: _Cycle, parts: list[dict[str, Any]]
+    ) -> Thread:
+        # Hints are replaced by the latest output, including "nothing": stale hints must disappear (spec §2.4).
+        update: dict[str, Any] = {
+            'current_task': parsed.current_task,
+            'suggested_response': parsed.suggested_response,
+            'updated_at': self.clock.now(),
+        }
+        title = (parsed.thread_title or '').strip()
+        renamed = self.settings.thread_title and len(title) >= 3 and title != (thread.title or '')
+        if renamed:
+            update['title'] = title
+        try:
+            updated = self.store.update_thread(thread.model_copy(update=update))
+        except Exception:  # noqa: BLE001 - hints are advisory; the observation is already committed
+            logger.exception('could not update thread hints', extra={'thread_id': thread.id})
+            return thread
+        if renamed:
+            parts.append(
+                om_parts.thread_update(
+                    cycle_id=cycle.cycle_id,
+                    thread_id=thread.id,
+                    old_title=thread.title,
+                    new_title=title,
+                    at=self.clock.now(),
+                )
+            )
+        return updated
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Reflection
+    # ------------------------------------------------------------------------------------------------------------
+    def _maybe_reflect(
+        self, record: OMRecord, thread_id: str, deadline: float, parts: list[dict[str, Any]]
+    ) -> OMRecord:
+        threshold = self.settings.observation_tokens
+        if record.observation_tokens <= threshold or not record.active_observations.strip():
+            return record
+        if record.reflection_stalled_at_tokens == record.observation_tokens:
+            # The last attempt could not shrink this very log: wait until it has grown (spec §12.9).
+            return record
+        cycle = self._start_cycle()
+        leased = self._take_lease(
+            record,
+            'reflecting',
+            cycle.cycle_id,
+            lambda cur: cur.generation == record.generation and cur.observation_tokens > threshold,
+        )
+        if leased is None:
+            return self.store.get_record(record.key) or record
+        snapshot_text = leased.active_observations
+        snapshot_tokens = leased.observation_tokens
+        parts.append(
+            om_parts.observation_start(
+                cycle_id=cycle.cycle_id,
+                operation='reflection',
+                started_at=cycle.started_at,
+                tokens_to_observe=snapshot_tokens,
+                record_id=leased.id,
+                thread_id=thread_id,
+                thread_ids=[thread_id],
+                config=self._marker_config(),
+            )
+        )
+        system = refl.build_reflector_system_prompt(
+            obs.OBSERVER_EXTRACTION_INSTRUCTIONS
+            + '\n\n'
+            + obs.OBSERVER_OUTPUT_FORMAT
+            + '\n\n'
+            + obs.OBSERVER_GUIDELINES,
+            instruction=self.settings.reflection_instruction,
+        )
+        reflection_text = (
+            ctx.render_observation_groups_for_reflection(snapshot_text) or snapshot_text
+            if self.settings.retrieval is not None
+            else snapshot_text
+        )
+
+        def call(user_prompt: str, level: int) -> str:
+            request = ModelRequest(
+                purpose='reflector',
+                system=system,
+                contents=(Content('user', (user_prompt,)),),
+                temperature=self.settings.reflector_temperature,
+                max_output_tokens=self.settings.reflector_max_output_tokens,
+                thinking_budget=self.settings.reflector_thinking_budget,
+                source_observations=reflection_text,
+            )
+            return self.router.generate(
+                self.settings.reflector_model, request, input_tokens=snapshot_tokens, deadline=deadline
+            ).text
+
+        def on_retry(info: refl.RetryInfo) -> None:
+            parts.append(
+                om_parts.observation_failed(
+                    cycle_id=cycle.cycle_id,
+                    operation='reflection',
+                    failed_at=self.clock.now(),
+                    duration_ms=self._elapsed_ms(cycle),
+                    tokens_attempted=snapshot_tokens,
+                    error=info.error,
+                    record_id=leased.id,
+                    thread_id=thread_id,
+                    retrying=True,
+                    reason='not_under_target',
+                )
+            )
+
+        try:
+            ladder = refl.run_compression_ladder(
+                reflection_text,
+                call=call,
+                count=self.counter.count_observations,
+                target=threshold,
+                start_level=0,
+                on_retry=on_retry,
+            )
+        except refl.ReflectionNotSmallerError as exc:
+            parts.append(
+                self._failed_part(cycle, 'reflection', snapshot_tokens, exc, leased.id, thread_id, reason='not_smaller')
+            )
+            return self._release_lease(
+                leased, 'reflecting', cycle.cycle_id, reflection_stalled_at_tokens=snapshot_tokens
+            )
+        except ModelError as exc:
+            parts.append(self._failed_part(cycle, 'reflection', snapshot_tokens, exc, leased.id, thread_id))
+            return self._release_lease(leased, 'reflecting', cycle.cycle_id)
+
+        reflected = ladder.observations.strip()
+        if self.settings.retrieval is not None:
+            reconciled = ctx.reconcile_observation_groups_from_reflection(reflected, snapshot_text)
+            if reconciled:
+                reflected = reconciled
+        committed = self._commit_generation(leased, cycle.cycle_id, snapshot_text, reflected)
+        if committed is None:
+            err = VersionConflictError(record.key, leased.version)
+            parts.append(
+                self._failed_part(cycle, 'reflection', snapshot_tokens, err, leased.id, thread_id, reason='conflict')
+            )
+            return self.store.get_record(record.key) or leased
+        parts.append(
+            om_parts.observation_end(
+                cycle_id=cycle.cycle_id,
+                operation='reflection',
+                completed_at=self.clock.now(),
+                duration_ms=self._elapsed_ms(cycle),
+                tokens_observed=snapshot_tokens,
+                observation_tokens=committed.observation_tokens,
+                observations=committed.active_observations,
+                current_task=None,
+                suggested_response=ladder.suggested_response,
+                record_id=committed.id,
+                thread_id=thread_id,
+            )
+        )
+        return committed
+
+    def _commit_generation(self, leased: OMRecord, owner: str, snapshot_text: str, reflected: str) -> OMRecord | None:
+        """Make the reflection the new head, keeping every line appended to the old head since the snapshot."""
+        current: OMRecord | None = leased
+        threshold = self.settings.observation_tokens
+        for _ in range(MAX_COMMIT_ATTEMPTS):
+            if current is None or current.reflecting is None or current.reflecting.owner != owner:
+                return None
+            if current.generation != leased.generation:
+                return None
+            appended = ''
+            if current.active_observations != snapshot_text and current.active_observations.startswith(snapshot_text):
+                appended = current.active_observations[len(snapshot_text) :].strip()
+            text = reflected + ('\n\n' + appended if appended else '')
+            tokens = self.counter.count_observations(text)
+            now = self.clock.now()
+            new = current.model_copy(
+                update={
+                    'id': self._new_id(),
+                    'generation': current.generation + 1,
+                    'origin': 'reflection',
+                    'created_at': now,
+                    'updated_at': now,
+                    'active_observations': text,
+                    'observation_tokens': tokens,
+                    'groups': _reflection_groups(current, self._new_id()[:16], now),
+                    'reflecting': None,
+                    'observing': None,
+                    'buffered_reflection': None,
+                    'buffered_reflection_tokens': None,
+                    'buffered_reflection_input_tokens': None,
+                    'reflected_line_count': None,
+                    'last_buffered_at_tokens': 0,
+                    # Still over the threshold after a committed reflection: back off until the log grows.
+                    'reflection_stalled_at_tokens': tokens if tokens > threshold else None,
+                }
+            )
+            try:
+                return self.store.put_generation(new, expected_version=current.version)
+            except VersionConflictError:
+                current = self.store.get_record(leased.key)
+        return None
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Context for the Actor
+    # ------------------------------------------------------------------------------------------------------------
+    def _system_text(self, record: OMRecord, thread: Thread) -> str:
+        if not record.active_observations.strip():
+            return ''
+        retrieval = self.settings.retrieval
+        messages = ctx.build_observation_system_messages(
+            record.active_observations,
+            now=self.clock.now(),
+            current_task=thread.current_task,
+            suggested_response=thread.suggested_response,
+            retrieval=retrieval is not None,
+            retrieval_scope=retrieval.scope if retrieval is not None else 'thread',
+        )
+        return ctx.join_system_messages(messages)
+
+    def _continuation_message(self) -> Message:
+        return Message(
+            id=ctx.CONTINUATION_REMINDER_ID,
+            role='user',
+            created_at=datetime(1970, 1, 1, tzinfo=self.clock.now().tzinfo),
+            parts=(TextPart(text=ctx.continuation_reminder_text()),),
+        )
+
+    def _status_part(
+        self, record: OMRecord, messages: list[Message], thread_id: str, step_number: int
+    ) -> dict[str, Any]:
+        return om_parts.status(
+            message_tokens=self.counter.count_messages(messages),
+            message_threshold=self._message_threshold(record),
+            observation_tokens=record.observation_tokens,
+            observation_threshold=self._observation_threshold_for_status(record),
+            record_id=record.id,
+            thread_id=thread_id,
+            step_number=step_number,
+            generation_count=record.generation,
+        )
+
+    def _observation_threshold_for_status(self, record: OMRecord) -> int:
+        s = self.settings
+        if s.share_token_budget:
+            # Under a shared budget the observations get what the messages do not use (spec §5, UI helper).
+            return max(s.max_message_threshold() - self._message_threshold(record), 1000)
+        return s.observation_tokens
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Small helpers
+    # ------------------------------------------------------------------------------------------------------------
+    def _start_cycle(self) -> _Cycle:
+        return _Cycle(cycle_id=self._new_id(), started_at=self.clock.now(), started_mono=self.clock.monotonic())
+
+    def _elapsed_ms(self, cycle: _Cycle) -> int:
+        return max(0, int((self.clock.monotonic() - cycle.started_mono) * 1000))
+
+    def _marker_config(self) -> om_parts.MarkerConfig:
+        return om_parts.MarkerConfig(
+            message_tokens=self.settings.max_message_threshold(),
+            observation_tokens=self.settings.observation_tokens,
+            scope=self.settings.scope,
+        )
+
+    def _failed_part(
+        self,
+        cycle: _Cycle,
+        operation: om_parts.OperationType,
+        tokens: int,
+        exc: Exception,
+        record_id: str,
+        thread_id: str,
+        *,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        if reason is None:
+            reason = 'timeout' if isinstance(exc, DeadlineExceededError) else 'error'
+        return om_parts.observation_failed(
+            cycle_id=cycle.cycle_id,
+            operation=operation,
+            failed_at=self.clock.now(),
+            duration_ms=self._elapsed_ms(cycle),
+            tokens_attempted=tokens,
+            error=str(exc) or type(exc).__name__,
+            record_id=record_id,
+            thread_id=thread_id,
+            reason=reason,
+        )
+
+
+def _check_ids(resource_id: str, thread_id: str) -> None:
+    for name, value in (('resourceId', resource_id), ('threadId', thread_id)):
+        if not value or not value.strip():
+            raise InvalidInputError(f'{name} is required and must not be empty')
+        if len(value) > 256:
+            raise InvalidInputError(f'{name} is too long ({len(value)} characters; at most 256)')
+
+
+def _drop_engine_text(messages: Sequence[Message]) -> list[Message]:
+    """Text the engine inserts (the continuation reminder) is never saved as if someone had said it."""
+    reminder = ctx.continuation_reminder_text()
+    return [m for m in messages if m.id != ctx.CONTINUATION_REMINDER_ID and m.text() != reminder]
+
+
+def _has_pending_tool_call(messages: Sequence[Message]) -> bool:
+    """A tool call in the newest message with no result yet defers observation until the result arrives."""
+    if not messages:
+        return False
+    results = {p.tool_call_id for m in messages for p in m.parts if isinstance(p, ToolResultPart)}
+    return any(isinstance(p, ToolCallPart) and p.tool_call_id not in results for p in messages[-1].parts)
+
+
+def _reflection_groups(record: OMRecord, group_id: str, now: datetime) -> tuple[ObservationGroup, ...]:
+    """After a reflection, one group per thread spans everything its earlier groups covered."""
+    by_thread: dict[str, list[ObservationGroup]] = {}
+    for group in record.groups:
+        by_thread.setdefault(group.thread_id, []).append(group)
+    merged: list[ObservationGroup] = []
+    for thread_id, groups in by_thread.items():
+        first = min(groups, key=lambda g: g.start_seq)
+        last = max(groups, key=lambda g: g.end_seq)
+        merged.append(
+            ObservationGroup(
+                id=f'{group_id}-{len(merged)}' if len(by_thread) > 1 else group_id,
+                thread_id=thread_id,
+                start_id=first.start_id,
+                end_id=last.end_id,
+                start_seq=first.start_seq,
+                end_seq=last.end_seq,
+                created_at=now,
+                kind='reflection',
+            )
+        )
+    return tuple(merged)

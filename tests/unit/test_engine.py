@@ -1,0 +1,337 @@
+"""The step engine over the in-memory store and a scripted model (fast; the HTTP-level twin is in integration/)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from om_lib.adapters.memory_store import InMemoryStore
+from om_lib.clock import ManualClock
+from om_lib.config import OMConfig
+from om_lib.engine import MemoryEngine
+from om_lib.errors import MessageConflictError, ModelUnavailableError
+from om_lib.messages import Message
+from om_lib.model_router import ModelRouter
+from om_lib.records import Lease
+from om_lib.tokens import TokenCounter
+from tests.fakes.scripted_model import ScriptedModel
+
+OBS_A = (
+    '<observations>\nDate: Jan 1, 2025\n* 🔴 (09:00) User stated they live in Lisbon\n</observations>\n'
+    '<current-task>\nPrimary: plan a trip\n</current-task>\n'
+    '<suggested-response>\nAsk about dates\n</suggested-response>'
+)
+OBS_B = '<observations>\nDate: Jan 1, 2025\n* 🟡 (09:05) User asked about trains to Porto\n</observations>'
+
+
+class WordTokenizer:
+    """One token per whitespace-separated word: easy to reason about in tests."""
+
+    version = 'words'
+
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+
+def words(n: int, tag: str = 'w') -> str:
+    return ' '.join(f'{tag}{i}' for i in range(n))
+
+
+class Harness:
+    def __init__(self, config: dict, *, model: ScriptedModel | None = None, budget: float = 20.0) -> None:
+        self.clock = ManualClock(tick=timedelta(seconds=1))
+        self.store = InMemoryStore()
+        self.model = model or ScriptedModel()
+        router = ModelRouter({'google': self.model}, clock=self.clock, sleep=lambda s: self.clock.advance(s))
+        self.counter = TokenCounter(WordTokenizer())
+        self.engine = MemoryEngine(
+            OMConfig.model_validate(config),
+            store=self.store,
+            router=router,
+            counter=self.counter,
+            clock=self.clock,
+            time_budget_s=budget,
+        )
+        self.n = 0
+
+    def user(self, text: str, mid: str | None = None) -> Message:
+        self.n += 1
+        return Message.model_validate(
+            {'id': mid or f'u{self.n}', 'role': 'user', 'createdAt': self.clock.now().isoformat(), 'content': text}
+        )
+
+    def assistant(self, text: str, mid: str | None = None) -> Message:
+        self.n += 1
+        return Message.model_validate(
+            {'id': mid or f'a{self.n}', 'role': 'assistant', 'createdAt': self.clock.now().isoformat(), 'content': text}
+        )
+
+    def step(self, *messages: Message, thread: str = 't1', resource: str = 'r1'):
+        return self.engine.prepare_step(resource, thread, list(messages))
+
+    def record(self, thread: str = 't1', resource: str = 'r1'):
+        return self.store.get_record(f'thread:{resource}/{thread}')
+
+
+def config(message_tokens: int = 100, observation_tokens: int = 1000, **extra) -> dict:
+    return {
+        'model': 'default',
+        'observation': {'messageTokens': message_tokens, 'bufferTokens': False},
+        'reflection': {'observationTokens': observation_tokens},
+        **extra,
+    }
+
+
+def part_types(result) -> list[str]:
+    return [p['type'] for p in result.parts]
+
+
+def test_below_threshold_no_model_call_and_status_every_step():
+    # Given a fresh thread and a threshold of 100 tokens
+    h = Harness(config())
+    # When a short message arrives
+    result = h.step(h.user(words(10)))
+    # Then nothing is observed, the Actor sees the message, and a status part reports the window
+    assert h.model.calls == []
+    assert result.system == ''
+    assert [m.id for m in result.messages] == ['u1']
+    status = result.parts[-1]
+    assert status['type'] == 'data-om-status'
+    assert status['data']['windows']['active']['messages']['threshold'] == 100
+    assert status['data']['windows']['active']['messages']['tokens'] == h.counter.count_messages(result.messages)
+
+
+def test_crossing_threshold_observes_and_drops_observed_messages():
+    h = Harness(config())
+    h.model.script('observer', OBS_A)
+    h.step(h.user(words(40)))
+    h.engine.complete_turn('r1', 't1', [h.assistant(words(40))])
+    # The third message crosses 100 tokens of pending messages.
+    result = h.step(h.user(words(30), mid='u-cross'))
+    assert len(h.model.calls_for('observer')) == 1
+    assert 'data-om-observation-start' in part_types(result)
+    assert 'data-om-observation-end' in part_types(result)
+    record = h.record()
+    assert 'User stated they live in Lisbon' in record.active_observations
+    assert '<current-task>' not in record.active_observations
+    assert record.cursor('t1') == 3
+    # The Actor sees memory, the continuation reminder, and the in-flight input (observed but protected).
+    assert 'Lisbon' in result.system and '<current-task>' in result.system
+    assert [m.id for m in result.messages] == ['om-continuation', 'u-cross']
+    thread = h.store.get_thread('r1', 't1')
+    assert thread.current_task == 'Primary: plan a trip'
+    assert thread.suggested_response == 'Ask about dates'
+    # The observer saw all three messages and was told about previous (none) observations.
+    request = h.model.calls_for('observer')[0].request
+    assert [m.id for m in request.source_messages] == ['u1', 'a2', 'u-cross']
+    # Next step: only new messages are unobserved.
+    nxt = h.step(h.user(words(5), mid='u-next'))
+    assert [m.id for m in nxt.messages] == ['om-continuation', 'u-next']
+
+
+def test_oversized_first_message_is_observed_at_once_and_still_answered():
+    h = Harness(config())
+    h.model.script('observer', OBS_A)
+    result = h.step(h.user(words(500), mid='big'))
+    assert len(h.model.calls_for('observer')) == 1
+    assert h.record().cursor('t1') == 1
+    assert [m.id for m in result.messages] == ['om-continuation', 'big']
+
+
+def test_failing_model_loses_nothing_and_backlog_is_observed_later():
+    h = Harness(config())
+    h.model.script('observer', *[ModelUnavailableError('503', status_code=503)] * 3)
+    result = h.step(h.user(words(150), mid='m1'))
+    assert 'data-om-observation-failed' in part_types(result)
+    failed = next(p for p in result.parts if p['type'] == 'data-om-observation-failed')
+    assert failed['data']['operationType'] == 'observation' and failed['data']['error']
+    assert [m.id for m in result.messages] == ['m1']
+    record = h.record()
+    assert record.cursor('t1') == 0 and record.observing is None  # lease released
+    # A later step observes the whole backlog.
+    h.model.script('observer', OBS_A)
+    later = h.step(h.user(words(5), mid='m2'))
+    assert 'data-om-observation-end' in part_types(later)
+    assert h.record().cursor('t1') == 2
+
+
+@pytest.mark.parametrize(
+    'bad',
+    [
+        'Sure! I will now observe the conversation for you.',  # neither tags nor list lines
+        '',  # empty
+        '<observations>\n'
+        + ('* 🔴 (09:00) loop loop loop loop loop loop loop loop loop loop\n' * 400)
+        + '</observations>',
+    ],
+    ids=['garbage', 'empty', 'repetitive'],
+)
+def test_unusable_observer_output_is_never_stored(bad):
+    h = Harness(config())
+    h.model.script('observer', bad, bad)
+    result = h.step(h.user(words(150)))
+    assert 'data-om-observation-failed' in part_types(result)
+    assert h.record().active_observations == ''
+    assert len(h.model.calls_for('observer')) >= 2
+
+
+def test_unusable_then_valid_observer_output_succeeds_with_two_calls():
+    h = Harness(config())
+    h.model.script('observer', 'no structure here at all', OBS_A)
+    result = h.step(h.user(words(150)))
+    assert 'data-om-observation-end' in part_types(result)
+    assert len(h.model.calls_for('observer')) == 2
+
+
+def test_retried_step_with_same_ids_changes_nothing():
+    h = Harness(config())
+    h.model.script('observer', OBS_A)
+    first = h.user(words(150), mid='same')
+    h.step(first)
+    record = h.record()
+    again = h.step(first)
+    assert h.record() == record
+    assert len(h.model.calls_for('observer')) == 1
+    assert again.saved_ids == []
+    assert len(h.store.list_messages('r1', 't1').messages) == 1
+
+
+def test_conflicting_content_under_stored_id_is_refused():
+    h = Harness(config())
+    h.step(h.user('hello there', mid='x'))
+    with pytest.raises(MessageConflictError):
+        h.step(h.user('something else', mid='x'))
+    assert [m.text() for m in h.store.list_messages('r1', 't1').messages] == ['hello there']
+
+
+def test_pending_tool_call_defers_observation_until_result():
+    h = Harness(config())
+    call = Message.model_validate(
+        {
+            'id': 'call',
+            'role': 'assistant',
+            'createdAt': h.clock.now().isoformat(),
+            'parts': [{'type': 'tool-call', 'toolCallId': 'c1', 'toolName': 'search', 'args': {'q': words(150)}}],
+        }
+    )
+    h.step(h.user(words(10)))
+    h.engine.complete_turn('r1', 't1', [call])
+    deferred = h.step()
+    assert h.model.calls_for('observer') == []
+    assert 'data-om-observation-start' not in part_types(deferred)
+    result = Message.model_validate(
+        {
+            'id': 'res',
+            'role': 'tool',
+            'createdAt': h.clock.now().isoformat(),
+            'parts': [{'type': 'tool-result', 'toolCallId': 'c1', 'toolName': 'search', 'result': 'ok'}],
+        }
+    )
+    h.model.script('observer', OBS_A)
+    done = h.step(result)
+    assert 'data-om-observation-end' in part_types(done)
+
+
+def test_continuation_reminder_sent_back_is_not_saved():
+    h = Harness(config())
+    h.model.script('observer', OBS_A)
+    result = h.step(h.user(words(150)))
+    reminder = result.messages[0]
+    assert reminder.id == 'om-continuation'
+    h.step(reminder, h.user('next'))
+    stored = [m.id for m in h.store.list_messages('r1', 't1').messages]
+    assert 'om-continuation' not in stored
+
+
+def test_active_lease_of_another_request_skips_observation_and_expired_lease_is_taken_over():
+    h = Harness(config())
+    h.step(h.user(words(10)))
+    record = h.record()
+    stale = Lease(owner='crashed-worker', expires_at=h.clock.now() + timedelta(minutes=1))
+    h.store.put_record(record.model_copy(update={'observing': stale}), expected_version=record.version)
+    h.step(h.user(words(150)))
+    assert h.model.calls_for('observer') == []
+    # After the lease expires, the next step takes it over and observes.
+    h.clock.advance(timedelta(minutes=5))
+    h.model.script('observer', OBS_A)
+    result = h.step(h.user('more'))
+    assert 'data-om-observation-end' in part_types(result)
+    assert h.record().observing is None
+
+
+def test_stale_holder_late_commit_is_refused():
+    h = Harness(config())
+    # The first observer call is slow: while it runs, its lease expires and another request takes over.
+    takeover_done = {}
+
+    def slow_then_taken_over(request):
+        h.clock.advance(timedelta(minutes=5))
+        current = h.record()
+        fresh = Lease(owner='other', expires_at=h.clock.now() + timedelta(minutes=2))
+        h.store.put_record(current.model_copy(update={'observing': fresh}), expected_version=current.version)
+        takeover_done['yes'] = True
+        return OBS_A
+
+    h.model.script('observer', slow_then_taken_over)
+    result = h.step(h.user(words(150)))
+    assert takeover_done
+    failed = [p for p in result.parts if p['type'] == 'data-om-observation-failed']
+    assert failed and failed[0]['data']['reason'] == 'conflict'
+    record = h.record()
+    assert record.active_observations == '' and record.observing.owner == 'other'
+
+
+def test_reflection_creates_generation_and_keeps_history():
+    h = Harness(config(message_tokens=50, observation_tokens=40))
+    long_obs = (
+        '<observations>\nDate: Jan 1, 2025\n'
+        + '\n'.join(f'* 🟡 (09:{i:02d}) User mentioned detail number {i} about the trip' for i in range(12))
+        + '\n</observations>'
+    )
+    h.model.script('observer', long_obs)
+    h.model.script(
+        'reflector', '<observations>\nDate: Jan 1, 2025\n* 🔴 (09:00) User is planning a trip\n</observations>'
+    )
+    result = h.step(h.user(words(60)))
+    record = h.record()
+    assert record.generation == 1 and record.origin == 'reflection'
+    assert record.active_observations.strip().endswith('User is planning a trip')
+    assert record.cursor('t1') == 1  # cursor carried into the new generation
+    history = h.store.list_generations(record.key)
+    assert [g.generation for g in history] == [1, 0]
+    assert 'detail number 11' in history[1].active_observations
+    ops = [(p['type'], p['data'].get('operationType')) for p in result.parts]
+    assert ('data-om-observation-end', 'reflection') in ops
+    assert record.groups and record.groups[0].kind == 'reflection'
+
+
+def test_reflection_that_cannot_shrink_backs_off_until_log_grows():
+    h = Harness(config(message_tokens=50, observation_tokens=40))
+    long_obs = (
+        '<observations>\nDate: Jan 1, 2025\n'
+        + '\n'.join(f'* 🟡 (09:{i:02d}) User mentioned detail number {i}' for i in range(12))
+        + '\n</observations>'
+    )
+    h.model.script('observer', long_obs)
+    # The reflector only ever answers with something larger than its input.
+    h.model.script('reflector', *[long_obs + '\n* extra line'] * 4)
+    result = h.step(h.user(words(60)))
+    assert len(h.model.calls_for('reflector')) == 4
+    failed = [
+        p for p in result.parts if p['type'] == 'data-om-observation-failed' and p['data']['reason'] == 'not_smaller'
+    ]
+    assert failed
+    record = h.record()
+    assert record.generation == 0 and record.reflection_stalled_at_tokens == record.observation_tokens
+    # Next step: the log has not changed, so no reflector call.
+    h.step(h.user('short'))
+    assert len(h.model.calls_for('reflector')) == 4
+
+
+def test_disabled_memory_returns_recent_messages_only():
+    h = Harness({'enabled': False})
+    for _ in range(15):
+        result = h.step(h.user('hi'))
+    assert len(result.messages) == 10 and result.parts == []
+    assert h.model.calls == []
