@@ -1,4 +1,4 @@
-"""The configuration document and threshold math (spec §3, §5, §10.1, §11.2, §21; scenarios §25 A and M)."""
+"""The configuration document: defaults, resolution, validation, models, loading (spec §3, §5, §10.1, §11.2, §21, §25)."""
 
 from __future__ import annotations
 
