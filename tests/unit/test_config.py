@@ -1,4 +1,4 @@
-"""The configuration document: defaults, resolution, validation, models, loading (spec §3, §5, §10.1, §11.2, §21, §25)."""
+"""The configuration document: defaults, resolution, validation, models, loading (spec §3, §5, §10-§11, §21, §25)."""
 
 from __future__ import annotations
 
