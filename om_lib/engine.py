@@ -24,13 +24,21 @@ from om_lib import observer as obs
 from om_lib import parts as om_parts
 from om_lib import reflector as refl
 from om_lib.config import OMConfig, ResolvedOMConfig
-from om_lib.errors import DeadlineExceededError, InvalidInputError, ModelError, ModelOutputError, VersionConflictError
+from om_lib.errors import (
+    DeadlineExceededError,
+    InvalidInputError,
+    ModelError,
+    ModelOutputError,
+    ThreadNotFoundError,
+    VersionConflictError,
+)
 from om_lib.llm import Content, InlineBlob, ModelRequest
-from om_lib.messages import Message, TextPart, ToolCallPart, ToolResultPart
+from om_lib.messages import Message, TextPart, ToolCallPart, ToolResultPart, iso
 from om_lib.model_router import ModelRouter
 from om_lib.ports import BlobReader, Clock, MemoryStore
 from om_lib.records import Lease, ObservationGroup, OMRecord, Thread, record_key
 from om_lib.tokens import TokenCounter
+from om_lib.work import BackgroundWork, Job
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +49,10 @@ UNOBSERVED_PAGE = 500
 MAX_INLINE_ATTACHMENT_BYTES = 12 * 1024 * 1024
 # With observational memory off, the Actor gets the most recent messages (the seed's `lastMessages` default).
 LAST_MESSAGES_WHEN_DISABLED = 10
+# Below this much time left in a request, a due observation is handed to the worker instead of started.
+MIN_SYNC_OBSERVATION_S = 3.0
+# A background job may use this long (the worker Lambda's own timeout is longer).
+WORKER_BUDGET_S = 600.0
 
 
 @dataclass
@@ -62,6 +74,13 @@ class TurnResult:
 
     saved: list[Message]
     parts: list[dict[str, Any]]
+    scheduled: list[str] = field(default_factory=list)
+
+
+class ReflectionRejectedError(ModelOutputError):
+    """The reflection workflow refused to commit (empty, not smaller, or the lease was lost); memory is unchanged."""
+
+    code = 'reflection_rejected'
 
 
 @dataclass
@@ -85,6 +104,7 @@ class MemoryEngine:
         blobs: BlobReader | None = None,
         time_budget_s: float = 20.0,
         id_factory: Callable[[], str] | None = None,
+        work: BackgroundWork | None = None,
     ) -> None:
         self.config = config
         self.settings: ResolvedOMConfig = config.resolved()
@@ -95,6 +115,9 @@ class MemoryEngine:
         self.blobs = blobs
         self.time_budget_s = time_budget_s
         self._new_id = id_factory or (lambda: uuid.uuid4().hex)
+        # With somewhere to send background work, reflection runs in the workflow (never inside a request) and an
+        # observation that would overrun the request's time budget is deferred to the worker.
+        self.work = work
 
     # ------------------------------------------------------------------------------------------------------------
     # Public operations
@@ -127,7 +150,7 @@ class MemoryEngine:
         if unobserved and pending >= threshold and not _has_pending_tool_call(unobserved):
             record, thread = self._observe(record, thread, unobserved, deadline, parts)
             unobserved = self._load_unobserved(record, resource_id, thread_id)
-        record = self._maybe_reflect(record, thread_id, deadline, parts)
+        record = self._reflect_or_hand_off(record, thread_id, deadline, parts)
 
         # The in-flight input of this step is never taken away from the Actor, even when it was just observed
         # (an oversized first message is observed at once, yet the Actor still needs to answer it).
@@ -144,29 +167,219 @@ class MemoryEngine:
         return StepResult(thread_id, resource_id, system, messages, parts, record, list(appended.created_ids))
 
     def complete_turn(self, resource_id: str, thread_id: str, outputs: Sequence[Message]) -> TurnResult:
-        """Save the turn's outputs (assistant and tool messages). Idempotent per message id."""
+        """Save the turn's outputs (assistant and tool messages). Idempotent per message id.
+
+        With background work available, a due observation or reflection is scheduled now, so the next step finds
+        it done instead of waiting for it.
+        """
         _check_ids(resource_id, thread_id)
         incoming = [self.counter.with_token_counts(m) for m in _drop_engine_text(outputs)]
         appended = self.store.append_messages(resource_id, thread_id, incoming, now=self.clock.now())
-        return TurnResult(saved=list(appended.messages), parts=[])
+        scheduled: list[str] = []
+        if self.work is not None and self.settings.enabled:
+            record = self.store.get_record(self._key(resource_id, thread_id))
+            if record is not None:
+                unobserved = self._load_unobserved(record, resource_id, thread_id)
+                pending = self.counter.count_messages(unobserved)
+                if (
+                    unobserved
+                    and pending >= self._message_threshold(record)
+                    and not _has_pending_tool_call(unobserved)
+                    and not _lease_active(record.observing, self.clock.now())
+                ):
+                    self.work.submit(Job('observe', resource_id, thread_id, record.key, 'threshold'))
+                    scheduled.append('observe')
+                if self._reflection_due(record):
+                    self.work.submit(Job('reflect', resource_id, thread_id, record.key, 'threshold'))
+                    scheduled.append('reflect')
+        return TurnResult(saved=list(appended.messages), parts=[], scheduled=scheduled)
 
     def observe_now(
-        self, resource_id: str, thread_id: str, *, deadline: float | None = None
+        self, resource_id: str, thread_id: str, *, deadline: float | None = None, reflect: bool = True
     ) -> tuple[OMRecord, list[dict[str, Any]]]:
-        """Observe every unobserved message of a thread regardless of the threshold (workers, tests, tools)."""
+        """Observe every unobserved message of a thread regardless of the threshold (workers, tests, tools).
+
+        Raises ThreadNotFoundError when the thread is gone (erased), so a late job writes nothing.
+        """
         parts: list[dict[str, Any]] = []
         thread = self.store.get_thread(resource_id, thread_id)
         if thread is None:
-            from om_lib.errors import ThreadNotFoundError
-
             raise ThreadNotFoundError(thread_id)
         limit = deadline if deadline is not None else self.clock.monotonic() + self.time_budget_s
         record = self._get_or_create_record(resource_id, thread_id)
         unobserved = self._load_unobserved(record, resource_id, thread_id)
-        if unobserved:
-            record, _ = self._observe(record, thread, unobserved, limit, parts)
-        record = self._maybe_reflect(record, thread_id, limit, parts)
+        if unobserved and not _has_pending_tool_call(unobserved):
+            record, _ = self._observe(record, thread, unobserved, limit, parts, can_defer=False)
+        if reflect:
+            record = self._reflect_or_hand_off(record, thread_id, limit, parts)
         return record, parts
+
+    def run_job(self, job: Job, *, deadline: float | None = None) -> list[dict[str, Any]]:
+        """Do one background job (the worker's entry point). Idempotent: finished or unneeded work is a no-op."""
+        limit = deadline if deadline is not None else self.clock.monotonic() + WORKER_BUDGET_S
+        if job.kind == 'observe':
+            _, parts = self.observe_now(job.resource_id, job.thread_id, deadline=limit, reflect=False)
+            return parts
+        record = self.store.get_record(job.record_key)
+        parts = []
+        if record is not None:
+            self._maybe_reflect(record, job.thread_id, limit, parts)
+        return parts
+
+    # -- the reflection workflow (Step Functions: check → reflect → validate → commit; release on failure) --------
+    def workflow_check(self, job: Job, owner: str) -> dict[str, Any]:
+        """Is reflection due? If so take the `reflecting` lease for `owner` (the execution)."""
+        record = self.store.get_record(job.record_key)
+        if record is None or not self._reflection_due(record):
+            return {'due': False}
+        generation = record.generation
+        leased = self._take_lease(
+            record,
+            'reflecting',
+            owner,
+            lambda cur: (
+                cur.generation == generation and self._reflection_due(cur.model_copy(update={'reflecting': None}))
+            ),
+        )
+        if leased is None:
+            return {'due': False}
+        return {'due': True, 'generation': leased.generation, 'inputTokens': leased.observation_tokens}
+
+    def workflow_reflect(self, job: Job, owner: str, *, deadline: float | None = None) -> dict[str, Any]:
+        """Run the ladder on the log and stage the result as the record's buffered reflection.
+
+        A model failure raises (the workflow retries with backoff, then releases). A log that cannot be shrunk
+        releases the lease and remembers the stall, so the schedule does not restart it until the log changes.
+        """
+        record = self._held(job, owner)
+        if record is None:
+            return {'outcome': 'lease_lost'}
+        limit = deadline if deadline is not None else self.clock.monotonic() + WORKER_BUDGET_S
+        snapshot, tokens = record.active_observations, record.observation_tokens
+        try:
+            reflected, _ = self._run_ladder(snapshot, tokens, limit)
+        except refl.ReflectionNotSmallerError:
+            self._release_lease(record, 'reflecting', owner, reflection_stalled_at_tokens=tokens)
+            return {'outcome': 'not_smaller', 'inputTokens': tokens}
+        reflected_tokens = self.counter.count_observations(reflected)
+        line_count = len(snapshot.split('\n'))
+
+        def stage(current: OMRecord) -> OMRecord | None:
+            if (
+                current.reflecting is None
+                or current.reflecting.owner != owner
+                or current.generation != record.generation
+            ):
+                return None
+            return current.model_copy(
+                update={
+                    'buffered_reflection': reflected,
+                    'buffered_reflection_tokens': reflected_tokens,
+                    'buffered_reflection_input_tokens': tokens,
+                    'reflected_line_count': line_count,
+                }
+            )
+
+        staged = self._commit(record, stage)
+        if staged is None:
+            return {'outcome': 'lease_lost'}
+        return {'outcome': 'reflected', 'inputTokens': tokens, 'tokens': reflected_tokens}
+
+    def workflow_validate(self, job: Job, owner: str) -> dict[str, Any]:
+        """The staged reflection must exist, be non-empty and be strictly smaller than what it replaces."""
+        record = self._held(job, owner)
+        if record is None:
+            raise ReflectionRejectedError('the reflecting lease was lost; another run owns this record now')
+        staged = (record.buffered_reflection or '').strip()
+        if not staged:
+            raise ReflectionRejectedError('the staged reflection is empty; an empty reflection would erase memory')
+        if (record.buffered_reflection_tokens or 0) >= (record.buffered_reflection_input_tokens or 0):
+            raise ReflectionRejectedError(
+                f'the staged reflection ({record.buffered_reflection_tokens} tokens) is not smaller than its input '
+                f'({record.buffered_reflection_input_tokens} tokens)'
+            )
+        return {'valid': True, 'tokens': record.buffered_reflection_tokens}
+
+    def workflow_commit(self, job: Job, owner: str) -> dict[str, Any]:
+        """Make the staged reflection the new generation, keeping the lines appended since it was staged."""
+        record = self._held(job, owner)
+        if record is None:
+            raise ReflectionRejectedError('the reflecting lease was lost before commit')
+
+        def compose(current: OMRecord) -> str:
+            return refl.merge_buffered_reflection(
+                current.buffered_reflection or '', current.active_observations, current.reflected_line_count or 0
+            )
+
+        committed = self._commit_generation(record, owner, compose)
+        if committed is None:
+            raise ReflectionRejectedError('the record changed generation or lease before commit')
+        return {'outcome': 'committed', 'generation': committed.generation, 'tokens': committed.observation_tokens}
+
+    def workflow_release(self, job: Job, owner: str) -> dict[str, Any]:
+        """The failure path: drop the staged result and the lease; the old observations stay as they were."""
+        record = self.store.get_record(job.record_key)
+        if record is None:
+            return {'released': False}
+        self._release_lease(
+            record,
+            'reflecting',
+            owner,
+            buffered_reflection=None,
+            buffered_reflection_tokens=None,
+            buffered_reflection_input_tokens=None,
+            reflected_line_count=None,
+        )
+        return {'released': True}
+
+    def _held(self, job: Job, owner: str) -> OMRecord | None:
+        record = self.store.get_record(job.record_key)
+        if record is None or record.reflecting is None or record.reflecting.owner != owner:
+            return None
+        return record
+
+    def memory_view(self, resource_id: str, thread_id: str) -> dict[str, Any]:
+        """What `GET /threads/{threadId}/memory` shows (CONTRACT §2). Raises ThreadNotFoundError."""
+        thread = self.store.get_thread(resource_id, thread_id)
+        if thread is None:
+            raise ThreadNotFoundError(thread_id)
+        key = self._key(resource_id, thread_id)
+        record = self.store.get_record(key)
+        now = self.clock.now()
+        unobserved = (
+            self._load_unobserved(record, resource_id, thread_id) if record else self._load_all(resource_id, thread_id)
+        )
+        chunks = record.buffered_chunks if record else ()
+        return {
+            'scope': self.settings.scope,
+            'recordId': record.id if record else None,
+            'generationCount': record.generation if record else 0,
+            'observations': record.active_observations if record else '',
+            'observationTokens': record.observation_tokens if record else 0,
+            'pendingMessageTokens': self.counter.count_messages(unobserved),
+            'thresholds': {
+                'messageTokens': self._message_threshold(record) if record else self.settings.max_message_threshold(),
+                'observationTokens': self.settings.observation_tokens,
+            },
+            'currentTask': thread.current_task,
+            'suggestedResponse': thread.suggested_response,
+            'lastObservedAt': iso(record.last_observed_at) if record and record.last_observed_at else None,
+            'buffered': {
+                'observations': {
+                    'chunks': len(chunks),
+                    'messageTokens': sum(c.message_tokens for c in chunks),
+                    'observationTokens': sum(c.token_count for c in chunks),
+                    'status': _buffer_status(record.buffering_observation if record else None, bool(chunks), now),
+                },
+                'reflection': {
+                    'inputObservationTokens': (record.buffered_reflection_input_tokens or 0) if record else 0,
+                    'observationTokens': (record.buffered_reflection_tokens or 0) if record else 0,
+                    'status': _buffer_status(
+                        record.reflecting if record else None, bool(record and record.buffered_reflection), now
+                    ),
+                },
+            },
+        }
 
     # ------------------------------------------------------------------------------------------------------------
     # Records and messages
@@ -199,7 +412,12 @@ class MemoryEngine:
 
     def _load_unobserved(self, record: OMRecord, resource_id: str, thread_id: str) -> list[Message]:
         """Messages after the thread's cursor, page by page; never the observed history."""
-        after = record.cursor(thread_id)
+        return self._load_after(resource_id, thread_id, record.cursor(thread_id))
+
+    def _load_all(self, resource_id: str, thread_id: str) -> list[Message]:
+        return self._load_after(resource_id, thread_id, 0)
+
+    def _load_after(self, resource_id: str, thread_id: str, after: int) -> list[Message]:
         out: list[Message] = []
         while True:
             page = self.store.list_messages(resource_id, thread_id, after_seq=after, limit=UNOBSERVED_PAGE)
@@ -269,13 +487,23 @@ class MemoryEngine:
         messages: list[Message],
         deadline: float,
         parts: list[dict[str, Any]],
+        *,
+        can_defer: bool = True,
     ) -> tuple[OMRecord, Thread]:
-        """One synchronous observation cycle over `messages` (all unobserved messages of one thread)."""
+        """One synchronous observation cycle over `messages` (all unobserved messages of one thread).
+
+        With background work available (`can_defer`), an observation that would overrun the request's time budget is
+        handed to the worker: the step answers at once with the raw messages and a failed part whose reason is
+        `deferred`. API Gateway stops integrations at about 29 s, and a real Observer call can take longer.
+        """
         thread_id = thread.id
         last_seq = messages[-1].seq or 0
         first_seq = messages[0].seq or 0
         cycle = self._start_cycle()
         tokens = self.counter.count_messages(messages)
+        defer_to = self.work if can_defer else None
+        if defer_to is not None and deadline - self.clock.monotonic() < MIN_SYNC_OBSERVATION_S:
+            return self._defer_observation(record, thread, cycle, tokens, parts, 'no time left in this request'), thread
         leased = self._take_lease(record, 'observing', cycle.cycle_id, lambda cur: cur.cursor(thread_id) < last_seq)
         if leased is None:
             # Another request is observing (or already did): keep going with the raw messages.
@@ -294,6 +522,12 @@ class MemoryEngine:
         )
         try:
             parsed = self._call_observer(leased, thread, messages, tokens, deadline)
+        except DeadlineExceededError as exc:
+            released = self._release_lease(leased, 'observing', cycle.cycle_id)
+            if defer_to is None:
+                parts.append(self._failed_part(cycle, 'observation', tokens, exc, leased.id, thread_id))
+                return released, thread
+            return self._defer_observation(released, thread, cycle, tokens, parts, str(exc)), thread
         except ModelError as exc:
             logger.warning('observation failed', extra={'thread_id': thread_id, 'error': str(exc)})
             parts.append(self._failed_part(cycle, 'observation', tokens, exc, leased.id, thread_id))
@@ -360,6 +594,25 @@ class MemoryEngine:
             )
         )
         return committed, thread
+
+    def _defer_observation(
+        self,
+        record: OMRecord,
+        thread: Thread,
+        cycle: _Cycle,
+        tokens: int,
+        parts: list[dict[str, Any]],
+        why: str,
+    ) -> OMRecord:
+        assert self.work is not None
+        self.work.submit(Job('observe', record.resource_id, thread.id, record.key, 'deferred'))
+        error = f'observation deferred to the background worker ({why})'
+        parts.append(
+            self._failed_part(
+                cycle, 'observation', tokens, DeadlineExceededError(error), record.id, thread.id, reason='deferred'
+            )
+        )
+        return record
 
     def _call_observer(
         self, record: OMRecord, thread: Thread, messages: list[Message], tokens: int, deadline: float
@@ -460,6 +713,24 @@ class MemoryEngine:
     # ------------------------------------------------------------------------------------------------------------
     # Reflection
     # ------------------------------------------------------------------------------------------------------------
+    def _reflection_due(self, record: OMRecord) -> bool:
+        return (
+            record.observation_tokens > self.settings.observation_tokens
+            and bool(record.active_observations.strip())
+            and record.reflection_stalled_at_tokens != record.observation_tokens
+            and not _lease_active(record.reflecting, self.clock.now())
+        )
+
+    def _reflect_or_hand_off(
+        self, record: OMRecord, thread_id: str, deadline: float, parts: list[dict[str, Any]]
+    ) -> OMRecord:
+        """Reflect inline, or (with background work) start the reflection workflow and carry on."""
+        if self.work is None:
+            return self._maybe_reflect(record, thread_id, deadline, parts)
+        if self._reflection_due(record):
+            self.work.submit(Job('reflect', record.resource_id, thread_id, record.key, 'threshold'))
+        return record
+
     def _maybe_reflect(
         self, record: OMRecord, thread_id: str, deadline: float, parts: list[dict[str, Any]]
     ) -> OMRecord:
@@ -492,33 +763,6 @@ class MemoryEngine:
                 config=self._marker_config(),
             )
         )
-        system = refl.build_reflector_system_prompt(
-            obs.OBSERVER_EXTRACTION_INSTRUCTIONS
-            + '\n\n'
-            + obs.OBSERVER_OUTPUT_FORMAT
-            + '\n\n'
-            + obs.OBSERVER_GUIDELINES,
-            instruction=self.settings.reflection_instruction,
-        )
-        reflection_text = (
-            ctx.render_observation_groups_for_reflection(snapshot_text) or snapshot_text
-            if self.settings.retrieval is not None
-            else snapshot_text
-        )
-
-        def call(user_prompt: str, level: int) -> str:
-            request = ModelRequest(
-                purpose='reflector',
-                system=system,
-                contents=(Content('user', (user_prompt,)),),
-                temperature=self.settings.reflector_temperature,
-                max_output_tokens=self.settings.reflector_max_output_tokens,
-                thinking_budget=self.settings.reflector_thinking_budget,
-                source_observations=reflection_text,
-            )
-            return self.router.generate(
-                self.settings.reflector_model, request, input_tokens=snapshot_tokens, deadline=deadline
-            ).text
 
         def on_retry(info: refl.RetryInfo) -> None:
             parts.append(
@@ -537,14 +781,7 @@ class MemoryEngine:
             )
 
         try:
-            ladder = refl.run_compression_ladder(
-                reflection_text,
-                call=call,
-                count=self.counter.count_observations,
-                target=threshold,
-                start_level=0,
-                on_retry=on_retry,
-            )
+            reflected, suggestion = self._run_ladder(snapshot_text, snapshot_tokens, deadline, on_retry)
         except refl.ReflectionNotSmallerError as exc:
             parts.append(
                 self._failed_part(cycle, 'reflection', snapshot_tokens, exc, leased.id, thread_id, reason='not_smaller')
@@ -556,12 +793,14 @@ class MemoryEngine:
             parts.append(self._failed_part(cycle, 'reflection', snapshot_tokens, exc, leased.id, thread_id))
             return self._release_lease(leased, 'reflecting', cycle.cycle_id)
 
-        reflected = ladder.observations.strip()
-        if self.settings.retrieval is not None:
-            reconciled = ctx.reconcile_observation_groups_from_reflection(reflected, snapshot_text)
-            if reconciled:
-                reflected = reconciled
-        committed = self._commit_generation(leased, cycle.cycle_id, snapshot_text, reflected)
+        def compose(current: OMRecord) -> str:
+            # Keep every line appended to the old head since the snapshot (an observation may commit meanwhile).
+            appended = ''
+            if current.active_observations != snapshot_text and current.active_observations.startswith(snapshot_text):
+                appended = current.active_observations[len(snapshot_text) :].strip()
+            return reflected + ('\n\n' + appended if appended else '')
+
+        committed = self._commit_generation(leased, cycle.cycle_id, compose)
         if committed is None:
             err = VersionConflictError(record.key, leased.version)
             parts.append(
@@ -578,15 +817,69 @@ class MemoryEngine:
                 observation_tokens=committed.observation_tokens,
                 observations=committed.active_observations,
                 current_task=None,
-                suggested_response=ladder.suggested_response,
+                suggested_response=suggestion,
                 record_id=committed.id,
                 thread_id=thread_id,
             )
         )
         return committed
 
-    def _commit_generation(self, leased: OMRecord, owner: str, snapshot_text: str, reflected: str) -> OMRecord | None:
-        """Make the reflection the new head, keeping every line appended to the old head since the snapshot."""
+    def _run_ladder(
+        self,
+        snapshot_text: str,
+        snapshot_tokens: int,
+        deadline: float,
+        on_retry: Callable[[refl.RetryInfo], None] | None = None,
+    ) -> tuple[str, str | None]:
+        """Run the compression ladder on a snapshot of the log; returns (reflection, suggested response).
+
+        Raises ReflectionNotSmallerError when no attempt shrank the log, and ModelError when the model failed.
+        """
+        system = refl.build_reflector_system_prompt(
+            obs.OBSERVER_EXTRACTION_INSTRUCTIONS
+            + '\n\n'
+            + obs.OBSERVER_OUTPUT_FORMAT
+            + '\n\n'
+            + obs.OBSERVER_GUIDELINES,
+            instruction=self.settings.reflection_instruction,
+        )
+        retrieval = self.settings.retrieval is not None
+        reflection_text = (
+            ctx.render_observation_groups_for_reflection(snapshot_text) or snapshot_text if retrieval else snapshot_text
+        )
+
+        def call(user_prompt: str, level: int) -> str:
+            request = ModelRequest(
+                purpose='reflector',
+                system=system,
+                contents=(Content('user', (user_prompt,)),),
+                temperature=self.settings.reflector_temperature,
+                max_output_tokens=self.settings.reflector_max_output_tokens,
+                thinking_budget=self.settings.reflector_thinking_budget,
+                source_observations=reflection_text,
+            )
+            return self.router.generate(
+                self.settings.reflector_model, request, input_tokens=snapshot_tokens, deadline=deadline
+            ).text
+
+        ladder = refl.run_compression_ladder(
+            reflection_text,
+            call=call,
+            count=self.counter.count_observations,
+            target=self.settings.observation_tokens,
+            start_level=0,
+            on_retry=on_retry,
+            parse=lambda text: refl.parse_reflector_output(
+                text, sanitize=obs.sanitize_observation_lines, is_degenerate=obs.detect_degenerate_repetition
+            ),
+        )
+        reflected = ladder.observations.strip()
+        if retrieval:
+            reflected = ctx.reconcile_observation_groups_from_reflection(reflected, snapshot_text) or reflected
+        return reflected, ladder.suggested_response
+
+    def _commit_generation(self, leased: OMRecord, owner: str, compose: Callable[[OMRecord], str]) -> OMRecord | None:
+        """Make `compose(current head)` the new head generation, while the reflecting lease is still `owner`'s."""
         current: OMRecord | None = leased
         threshold = self.settings.observation_tokens
         for _ in range(MAX_COMMIT_ATTEMPTS):
@@ -594,10 +887,7 @@ class MemoryEngine:
                 return None
             if current.generation != leased.generation:
                 return None
-            appended = ''
-            if current.active_observations != snapshot_text and current.active_observations.startswith(snapshot_text):
-                appended = current.active_observations[len(snapshot_text) :].strip()
-            text = reflected + ('\n\n' + appended if appended else '')
+            text = compose(current)
             tokens = self.counter.count_observations(text)
             now = self.clock.now()
             new = current.model_copy(
@@ -759,3 +1049,13 @@ def _reflection_groups(record: OMRecord, group_id: str, now: datetime) -> tuple[
             )
         )
     return tuple(merged)
+
+
+def _lease_active(lease: Lease | None, now: datetime) -> bool:
+    return lease is not None and lease.active(now)
+
+
+def _buffer_status(lease: Lease | None, has_result: bool, now: datetime) -> str:
+    if _lease_active(lease, now):
+        return 'running'
+    return 'complete' if has_result else 'idle'

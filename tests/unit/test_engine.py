@@ -335,3 +335,110 @@ def test_disabled_memory_returns_recent_messages_only():
         result = h.step(h.user('hi'))
     assert len(result.messages) == 10 and result.parts == []
     assert h.model.calls == []
+
+
+# -- background work: deferral, hand-off, the reflection workflow ------------------------------------------------
+
+
+def with_work(h: Harness):
+    from om_lib.work import CollectingWork
+
+    work = CollectingWork()
+    h.engine.work = work
+    return work
+
+
+def test_observation_that_would_overrun_the_budget_is_deferred_to_the_worker():
+    h = Harness(config(), budget=2.0)
+    work = with_work(h)
+    result = h.step(h.user(words(150), mid='m1'))
+    failed = [p for p in result.parts if p['type'] == 'data-om-observation-failed']
+    assert failed and failed[0]['data']['reason'] == 'deferred'
+    assert h.model.calls == []  # not even started: too little time left
+    assert [j.kind for j in work.jobs] == ['observe']
+    assert [m.id for m in result.messages] == ['m1']
+    # The worker finishes it.
+    h.model.script('observer', OBS_A)
+    h.engine.run_job(work.jobs[0])
+    assert h.record().cursor('t1') == 1 and 'Lisbon' in h.record().active_observations
+
+
+def test_slow_observer_past_the_deadline_is_deferred_and_nothing_is_lost():
+    h = Harness(config(), budget=10.0)
+    work = with_work(h)
+
+    def slow(request):
+        h.clock.advance(30)  # the model takes longer than the request may wait
+        raise __import__('om_lib.errors', fromlist=['DeadlineExceededError']).DeadlineExceededError('too slow')
+
+    h.model.script('observer', slow)
+    result = h.step(h.user(words(150), mid='m1'))
+    failed = [p for p in result.parts if p['type'] == 'data-om-observation-failed']
+    assert failed and failed[-1]['data']['reason'] == 'deferred'
+    assert h.record().observing is None and h.record().cursor('t1') == 0
+    assert [j.kind for j in work.jobs] == ['observe']
+
+
+def test_with_background_work_reflection_goes_to_the_workflow_not_the_request():
+    h = Harness(config(message_tokens=50, observation_tokens=40))
+    work = with_work(h)
+    long_obs = (
+        '<observations>\nDate: Jan 1, 2025\n'
+        + '\n'.join(f'* 🟡 (09:{i:02d}) User mentioned detail number {i} about the trip' for i in range(12))
+        + '\n</observations>'
+    )
+    h.model.script('observer', long_obs)
+    h.step(h.user(words(60)))
+    assert h.model.calls_for('reflector') == []
+    assert [j.kind for j in work.jobs] == ['reflect']
+    job = work.jobs[0]
+    # check → reflect → validate → commit, as the state machine runs them
+    h.model.script('reflector', '<observations>\nDate: Jan 1, 2025\n* 🔴 (09:00) User plans a trip\n</observations>')
+    assert h.engine.workflow_check(job, 'exec-1')['due'] is True
+    assert h.engine.workflow_check(job, 'exec-2')['due'] is False  # one execution at a time
+    # an observation lands while the reflection runs: its lines must survive the commit
+    staged = h.engine.workflow_reflect(job, 'exec-1')
+    assert staged['outcome'] == 'reflected' and staged['tokens'] < staged['inputTokens']
+    record = h.record()
+    late = record.active_observations + '\n* 🔴 (10:00) User added a late fact'
+    h.store.put_record(record.model_copy(update={'active_observations': late}), expected_version=record.version)
+    assert h.engine.workflow_validate(job, 'exec-1')['valid'] is True
+    done = h.engine.workflow_commit(job, 'exec-1')
+    assert done['outcome'] == 'committed' and done['generation'] == 1
+    head = h.record()
+    assert 'User plans a trip' in head.active_observations and 'late fact' in head.active_observations
+    assert 'detail number 3' not in head.active_observations
+    assert head.reflecting is None and head.buffered_reflection is None
+
+
+def test_workflow_failure_path_keeps_old_observations():
+    from om_lib.engine import ReflectionRejectedError
+
+    h = Harness(config(message_tokens=50, observation_tokens=40))
+    work = with_work(h)
+    long_obs = (
+        '<observations>\nDate: Jan 1, 2025\n'
+        + '\n'.join(f'* 🟡 (09:{i:02d}) User mentioned detail number {i}' for i in range(12))
+        + '\n</observations>'
+    )
+    h.model.script('observer', long_obs)
+    h.step(h.user(words(60)))
+    job = work.jobs[-1]
+    before = h.record().active_observations
+    assert h.engine.workflow_check(job, 'exec-1')['due']
+    h.model.script('reflector', *[ModelUnavailableError('503', status_code=503)] * 3)
+    with pytest.raises(ModelUnavailableError):
+        h.engine.workflow_reflect(job, 'exec-1')
+    with pytest.raises(ReflectionRejectedError):
+        h.engine.workflow_validate(job, 'exec-1')
+    assert h.engine.workflow_release(job, 'exec-1') == {'released': True}
+    record = h.record()
+    assert record.active_observations == before and record.reflecting is None and record.generation == 0
+
+
+def test_complete_turn_schedules_due_observation():
+    h = Harness(config())
+    work = with_work(h)
+    h.step(h.user(words(20)))
+    turn = h.engine.complete_turn('r1', 't1', [h.assistant(words(120))])
+    assert turn.scheduled == ['observe'] and work.jobs[0].kind == 'observe'

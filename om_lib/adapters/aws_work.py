@@ -1,0 +1,69 @@
+"""`AwsBackgroundWork`: observation jobs go to the SQS work queue, reflection jobs start the Step Functions workflow."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from om_lib.adapters.aws_errors import aws_errors
+from om_lib.work import Job
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_stepfunctions import SFNClient
+
+# SQS FIFO de-duplicates identical ids for 5 minutes; jobs for the same record inside one window are the same work.
+DEDUP_WINDOW_S = 60
+
+
+class AwsBackgroundWork:
+    """Submits jobs to AWS. Clients are created lazily and reused by warm invocations (and honour AWS_ENDPOINT_URL)."""
+
+    def __init__(
+        self,
+        *,
+        queue_url: str | None,
+        state_machine_arn: str | None,
+        sqs_client: SQSClient | None = None,
+        sfn_client: SFNClient | None = None,
+    ) -> None:
+        self.queue_url = queue_url
+        self.state_machine_arn = state_machine_arn
+        self._sqs = sqs_client
+        self._sfn = sfn_client
+        self._lock = threading.Lock()
+
+    def _client(self, name: str) -> Any:
+        import boto3
+
+        with self._lock:
+            if name == 'sqs':
+                if self._sqs is None:
+                    self._sqs = boto3.client('sqs')
+                return self._sqs
+            if self._sfn is None:
+                self._sfn = boto3.client('stepfunctions')
+            return self._sfn
+
+    def submit(self, job: Job) -> None:
+        """Send an observe job to the queue, or start a reflection execution (see `BackgroundWork.submit`)."""
+        body = json.dumps(job.to_json(), separators=(',', ':'))
+        if job.kind == 'reflect' and self.state_machine_arn:
+            with aws_errors():
+                self._client('sfn').start_execution(
+                    stateMachineArn=self.state_machine_arn, name=f'reflect-{uuid.uuid4().hex}', input=body
+                )
+            return
+        if not self.queue_url:
+            return
+        params: dict[str, Any] = {'QueueUrl': self.queue_url, 'MessageBody': body}
+        if self.queue_url.endswith('.fifo'):
+            # One group per record: its jobs run in order, different records in parallel.
+            params['MessageGroupId'] = job.record_key
+            window = int(time.time()) // DEDUP_WINDOW_S
+            params['MessageDeduplicationId'] = f'{job.dedup_key}:{window}'.replace('/', '_')[:128]
+        with aws_errors():
+            self._client('sqs').send_message(**params)
