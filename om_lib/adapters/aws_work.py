@@ -52,9 +52,12 @@ class AwsBackgroundWork:
         """Send an observe job to the queue, or start a reflection execution (see `BackgroundWork.submit`)."""
         body = json.dumps(job.to_json(), separators=(',', ':'))
         if job.kind == 'reflect' and self.state_machine_arn:
+            # The workflow's input is {"job": {...}}; its tasks pass `$.job` and the execution name (the lease owner).
             with aws_errors():
                 self._client('sfn').start_execution(
-                    stateMachineArn=self.state_machine_arn, name=f'reflect-{uuid.uuid4().hex}', input=body
+                    stateMachineArn=self.state_machine_arn,
+                    name=f'reflect-{uuid.uuid4().hex}',
+                    input=json.dumps({'job': job.to_json()}, separators=(',', ':')),
                 )
             return
         if not self.queue_url:
