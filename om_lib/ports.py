@@ -54,18 +54,36 @@ class LanguageModel(Protocol):
 class BlobReader(Protocol):
     """Reads stored attachments (`s3://` URLs) back, for sending images to a model inline."""
 
-    def read(self, url: str, *, max_bytes: int) -> bytes | None:
-        """The object's bytes, or None when it is missing, not ours to read, or larger than `max_bytes`."""
+    def read(self, url: str, *, max_bytes: int, resource_id: str | None = None) -> bytes | None:
+        """The object's bytes, or None when it is missing, not ours to read, or larger than `max_bytes`.
+
+        With `resource_id`, only that resource's objects are readable (another resource's URL reads as missing).
+        """
         ...
 
 
 @dataclass(frozen=True)
 class AppendResult:
-    """What `append_messages` did: the thread (created if new) and every message as stored (with `seq`)."""
+    """What `append_messages` did: the thread (created if new) and every message as stored (with `seq`).
+
+    With `include_record=True`, `record` is the head of the thread-scope key (`thread:<resource>/<thread>`) as it was
+    when the messages were appended (None when there is none yet) and `record_included` is True. A store reads it in
+    the same round trip as the append where it can, which saves the step a `get_record` call.
+    """
 
     thread: Thread
     messages: tuple[Message, ...]
     created_ids: tuple[str, ...]
+    record: OMRecord | None = None
+    record_included: bool = False
+
+
+@dataclass(frozen=True)
+class ThreadPage:
+    """A page of a resource's threads, oldest first; pass `next_cursor` back for the next page (None: no more)."""
+
+    threads: tuple[Thread, ...]
+    next_cursor: str | None
 
 
 @dataclass(frozen=True)
@@ -80,14 +98,23 @@ class MemoryStore(Protocol):
     """Threads, messages and OM records. Every method keeps one resource's data apart from another's."""
 
     def append_messages(
-        self, resource_id: str, thread_id: str, messages: Sequence[Message], *, now: datetime
+        self,
+        resource_id: str,
+        thread_id: str,
+        messages: Sequence[Message],
+        *,
+        now: datetime,
+        include_record: bool = False,
     ) -> AppendResult:
         """Store messages in the thread, creating the thread (owned by `resource_id`) if it does not exist.
 
         Idempotent per message id: an id already stored with the same `content_hash()` is returned as stored and not
         written again. New messages get increasing `seq` numbers in the order given. Messages are stored with their
-        token-count cache as given. Raises ThreadNotFoundError when the thread belongs to another resource and
-        MessageConflictError when an id is stored with other content; in both cases nothing is written.
+        token-count cache as given; inline base64 attachment `data` may be replaced by a stored `url` (and `size`).
+        Raises ThreadNotFoundError when the thread belongs to another resource and MessageConflictError when an id is
+        stored with other content; in both cases nothing is written. A thread that was erased starts over as a new
+        thread (its old OM record stays gone). `include_record=True` also returns the thread-scope OM head (see
+        `AppendResult`).
         """
         ...
 
@@ -140,4 +167,27 @@ class MemoryStore(Protocol):
 
     def list_generations(self, key: str, *, limit: int = 10) -> list[OMRecord]:
         """Generations of a key, newest first."""
+        ...
+
+    def list_threads(self, resource_id: str, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
+        """A resource's threads, oldest first (by creation), `limit` per page; `cursor` continues a listing.
+
+        May lag a thread created a moment ago (DynamoDB lists threads through an eventually consistent index).
+        """
+        ...
+
+    def delete_thread(self, resource_id: str, thread_id: str) -> None:
+        """Erase a thread: its messages, its thread-scope OM record (every generation) and its stored attachments.
+
+        Leaves a tombstone: a later `put_record`/`put_generation` of the erased record raises ErasedError, and the
+        erased head can never be written back. A later `append_messages` to the same id starts a new, empty thread.
+        Raises ThreadNotFoundError when the thread does not exist or belongs to another resource.
+        """
+        ...
+
+    def delete_resource(self, resource_id: str) -> None:
+        """Erase everything stored for a resource: every thread (as `delete_thread`), the resource-scope record.
+
+        Leaves a tombstone, so late work on the resource-scope record raises ErasedError. Idempotent.
+        """
         ...

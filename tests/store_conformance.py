@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from om_lib.errors import MessageConflictError, ThreadNotFoundError, VersionConflictError
+from om_lib.errors import ErasedError, MessageConflictError, ThreadNotFoundError, VersionConflictError
 from om_lib.messages import Message
 from om_lib.records import Lease, OMRecord
 
@@ -175,3 +175,101 @@ class StoreConformance:
     def test_records_are_per_key(self, store):
         store.put_record(record(), expected_version=None)
         assert store.get_record('thread:r2/t1') is None
+
+    # -- added with the DynamoDB store: behaviour every store must share -------------------------------------------
+    def test_same_id_twice_in_one_call_with_other_content_writes_nothing(self, store):
+        with pytest.raises(MessageConflictError):
+            store.append_messages('r1', 't1', [msg('a', 'x'), msg('b'), msg('a', 'y')], now=T0)
+        assert store.list_messages('r1', 't1').messages == ()
+
+    def test_append_can_return_the_thread_record(self, store):
+        first = store.append_messages('r1', 't1', [msg('a')], now=T0, include_record=True)
+        assert first.record_included and first.record is None
+        created = store.put_record(record(), expected_version=None)
+        second = store.append_messages('r1', 't1', [msg('b')], now=T0, include_record=True)
+        assert second.record == created
+        assert store.append_messages('r1', 't1', [msg('c')], now=T0).record_included is False
+
+    def test_list_threads_of_a_resource_pages_oldest_first(self, store):
+        for i in range(3):
+            store.append_messages('r1', f't{i}', [msg(f'm{i}')], now=T0 + timedelta(minutes=i))
+        store.append_messages('r2', 'other', [msg('x')], now=T0)
+        first = store.list_threads('r1', limit=2)
+        assert [t.id for t in first.threads] == ['t0', 't1'] and first.next_cursor is not None
+        rest = store.list_threads('r1', limit=2, cursor=first.next_cursor)
+        assert [t.id for t in rest.threads] == ['t2'] and rest.next_cursor is None
+
+    def test_delete_thread_erases_it_and_refuses_late_work(self, store):
+        store.append_messages('r1', 't1', [msg('a'), msg('b')], now=T0)
+        head = store.put_record(record(active_observations='secret'), expected_version=None)
+        store.append_messages('r1', 't2', [msg('keep')], now=T0)
+        store.delete_thread('r1', 't1')
+        assert store.get_thread('r1', 't1') is None
+        assert store.list_messages('r1', 't1').messages == ()
+        assert store.get_record('thread:r1/t1') is None
+        assert store.list_generations('thread:r1/t1') == []
+        assert [t.id for t in store.list_threads('r1').threads] == ['t2']
+        # Late background work of the erased thread cannot write it back.
+        with pytest.raises(ErasedError):
+            store.put_record(head.model_copy(update={'active_observations': 'late'}), expected_version=head.version)
+        with pytest.raises(ErasedError):
+            store.put_record(record(id='rec-late'), expected_version=None)
+        with pytest.raises(ErasedError):
+            store.put_generation(
+                head.model_copy(update={'id': 'rec-2', 'generation': 1}), expected_version=head.version
+            )
+        with pytest.raises(ThreadNotFoundError):
+            store.update_thread(store.get_thread('r1', 't2').model_copy(update={'id': 't1', 'title': 'late'}))
+        assert store.get_record('thread:r1/t1') is None
+        assert [m.id for m in store.list_messages('r1', 't2').messages] == ['keep']
+
+    def test_delete_thread_of_another_resource_is_not_found(self, store):
+        store.append_messages('r1', 't1', [msg('a')], now=T0)
+        with pytest.raises(ThreadNotFoundError):
+            store.delete_thread('r2', 't1')
+        with pytest.raises(ThreadNotFoundError):
+            store.delete_thread('r1', 'missing')
+        assert store.get_thread('r1', 't1') is not None
+
+    def test_erased_thread_id_starts_over_and_old_work_still_fails(self, store):
+        store.append_messages('r1', 't1', [msg('a', 'old')], now=T0)
+        head = store.put_record(record(), expected_version=None)
+        store.delete_thread('r1', 't1')
+        again = store.append_messages('r1', 't1', [msg('a', 'new content'), msg('b')], now=T0 + timedelta(hours=1))
+        assert again.created_ids == ('a', 'b')
+        assert [m.text() for m in store.list_messages('r1', 't1').messages] == ['new content', 'hello']
+        assert again.thread.created_at == T0 + timedelta(hours=1)
+        with pytest.raises(VersionConflictError):
+            store.put_record(head.model_copy(update={'active_observations': 'late'}), expected_version=head.version)
+        fresh = store.put_record(record(id='rec-new'), expected_version=None)
+        assert store.get_record('thread:r1/t1') == fresh
+
+    def test_delete_resource_erases_every_thread_and_record(self, store):
+        store.append_messages('r1', 't1', [msg('a')], now=T0)
+        store.append_messages('r1', 't2', [msg('b')], now=T0)
+        store.append_messages('r2', 't3', [msg('c')], now=T0)
+        thread_head = store.put_record(record(), expected_version=None)
+        res = OMRecord(
+            id='res-1',
+            key='resource:r1',
+            scope='resource',
+            resource_id='r1',
+            thread_id=None,
+            created_at=T0,
+            updated_at=T0,
+        )
+        res_head = store.put_record(res, expected_version=None)
+        store.delete_resource('r1')
+        assert store.get_thread('r1', 't1') is None and store.get_thread('r1', 't2') is None
+        assert store.list_threads('r1').threads == ()
+        assert store.get_record('resource:r1') is None and store.get_record('thread:r1/t1') is None
+        with pytest.raises(ErasedError):
+            store.put_record(res_head, expected_version=res_head.version)
+        with pytest.raises(ErasedError):
+            store.put_record(res, expected_version=None)
+        with pytest.raises(ErasedError):
+            store.put_record(thread_head, expected_version=thread_head.version)
+        assert [m.id for m in store.list_messages('r2', 't3').messages] == ['c']
+        # A new thread is a new incarnation of the resource: its records may be created again.
+        store.append_messages('r1', 't9', [msg('z')], now=T0)
+        assert store.put_record(res, expected_version=None).version == 1

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 from om_lib.errors import ErasedError, MessageConflictError, ThreadNotFoundError, VersionConflictError
 from om_lib.messages import Message
-from om_lib.ports import AppendResult, MessagePage
+from om_lib.ports import AppendResult, MessagePage, ThreadPage
 from om_lib.records import OMRecord, Thread
 
 
@@ -37,7 +37,13 @@ class InMemoryStore:
 
     # -- threads and messages -------------------------------------------------------------------------------------
     def append_messages(
-        self, resource_id: str, thread_id: str, messages: Sequence[Message], *, now: datetime
+        self,
+        resource_id: str,
+        thread_id: str,
+        messages: Sequence[Message],
+        *,
+        now: datetime,
+        include_record: bool = False,
     ) -> AppendResult:
         """See `MemoryStore.append_messages`."""
         with self._lock:
@@ -79,7 +85,14 @@ class InMemoryStore:
                 created.append(message.id)
             if created:
                 data.thread = data.thread.model_copy(update={'updated_at': now})
-            return AppendResult(thread=data.thread, messages=tuple(result), created_ids=tuple(created))
+            record = self.get_record(f'thread:{resource_id}/{thread_id}') if include_record else None
+            return AppendResult(
+                thread=data.thread,
+                messages=tuple(result),
+                created_ids=tuple(created),
+                record=record,
+                record_included=include_record,
+            )
 
     def get_thread(self, resource_id: str, thread_id: str) -> Thread | None:
         """See `MemoryStore.get_thread`."""
@@ -122,6 +135,19 @@ class InMemoryStore:
             if newest_first:
                 selected.reverse()
             return MessagePage(messages=tuple(selected[:limit]), has_more=len(selected) > limit)
+
+    def list_threads(self, resource_id: str, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
+        """See `MemoryStore.list_threads`. Cursors are `<created_at ISO>#<thread_id>`, as in the DynamoDB store."""
+        with self._lock:
+            owned = sorted(
+                (d.thread for d in self._threads.values() if d.thread.resource_id == resource_id),
+                key=_thread_order,
+            )
+            if cursor is not None:
+                owned = [t for t in owned if _thread_order(t) > cursor]
+            page = owned[:limit]
+            next_cursor = _thread_order(page[-1]) if len(owned) > limit else None
+            return ThreadPage(threads=tuple(page), next_cursor=next_cursor)
 
     # -- OM records -----------------------------------------------------------------------------------------------
     def get_record(self, key: str) -> OMRecord | None:
@@ -195,3 +221,7 @@ class InMemoryStore:
     def _check_not_erased(self, record: OMRecord) -> None:
         if record.key in self._erased_keys:
             raise ErasedError(f'{record.key} was erased; late work is dropped')
+
+
+def _thread_order(thread: Thread) -> str:
+    return f'{thread.created_at.astimezone(UTC).isoformat()}#{thread.id}'
