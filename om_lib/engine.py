@@ -130,7 +130,10 @@ class MemoryEngine:
         _check_ids(resource_id, thread_id)
         now = self.clock.now()
         incoming = [self.counter.with_token_counts(m) for m in _drop_engine_text(new_messages)]
-        appended = self.store.append_messages(resource_id, thread_id, incoming, now=now)
+        # Thread scope: the store can hand back the OM head with the append (one call instead of two per step).
+        appended = self.store.append_messages(
+            resource_id, thread_id, incoming, now=now, include_record=self.settings.scope == 'thread'
+        )
         parts: list[dict[str, Any]] = []
 
         if not self.settings.enabled:
@@ -142,7 +145,10 @@ class MemoryEngine:
             )
 
         thread = appended.thread
-        record = self._get_or_create_record(resource_id, thread_id)
+        if appended.record_included and appended.record is not None:
+            record = appended.record
+        else:
+            record = self._get_or_create_record(resource_id, thread_id)
         unobserved = self._load_unobserved(record, resource_id, thread_id)
         pending = self.counter.count_messages(unobserved)
         threshold = self._message_threshold(record)
@@ -225,6 +231,40 @@ class MemoryEngine:
         if record is not None:
             self._maybe_reflect(record, job.thread_id, limit, parts)
         return parts
+
+    def sweep(self, *, quiet_for: timedelta = timedelta(minutes=30), limit: int = 100) -> list[Job]:
+        """The scheduled sweeper: start work for threads that went quiet with something left to do.
+
+        A thread whose newest message is older than `quiet_for` and still has unobserved messages gets an
+        observation job (a quiet thread is observed even below the threshold, so nothing said waits forever);
+        a record over the reflection threshold gets a reflection job. Threads with nothing to do are cleared from
+        the attention list; the others stay on it until a later sweep finds them done.
+        """
+        if self.work is None or not self.settings.enabled:
+            return []
+        now = self.clock.now()
+        jobs: list[Job] = []
+        for item in self.store.list_attention(quiet_since=now - quiet_for, limit=limit):
+            if self.store.get_thread(item.resource_id, item.thread_id) is None:
+                self.store.clear_attention(item)  # erased meanwhile
+                continue
+            key = self._key(item.resource_id, item.thread_id)
+            record = self.store.get_record(key)
+            cursor = record.cursor(item.thread_id) if record else 0
+            pending = self.store.list_messages(item.resource_id, item.thread_id, after_seq=cursor, limit=1).messages
+            observing = record is not None and _lease_active(record.observing, now)
+            submitted = False
+            if pending and not observing:
+                jobs.append(Job('observe', item.resource_id, item.thread_id, key, 'stale'))
+                submitted = True
+            if record is not None and self._reflection_due(record):
+                jobs.append(Job('reflect', item.resource_id, item.thread_id, key, 'threshold'))
+                submitted = True
+            if not submitted and not observing:
+                self.store.clear_attention(item)
+        for job in jobs:
+            self.work.submit(job)
+        return jobs
 
     # -- the reflection workflow (Step Functions: check → reflect → validate → commit; release on failure) --------
     def workflow_check(self, job: Job, owner: str) -> dict[str, Any]:
@@ -640,7 +680,7 @@ class MemoryEngine:
         request = ModelRequest(
             purpose='observer',
             system=obs.build_observer_system_prompt(instruction=s.observation_instruction, thread_title=s.thread_title),
-            contents=(Content('user', (prompt, *self._inline_attachments(transcript))),),
+            contents=(Content('user', (prompt, *self._inline_attachments(transcript, record.resource_id))),),
             temperature=s.observer_temperature,
             max_output_tokens=s.observer_max_output_tokens,
             thinking_budget=s.observer_thinking_budget,
@@ -656,7 +696,7 @@ class MemoryEngine:
             logger.warning('observer output unusable', extra={'attempt': attempt + 1, 'degenerate': parsed.degenerate})
         raise ModelOutputError('Observer produced degenerate output after retry')
 
-    def _inline_attachments(self, transcript: obs.ObserverTranscript) -> list[InlineBlob]:
+    def _inline_attachments(self, transcript: obs.ObserverTranscript, resource_id: str) -> list[InlineBlob]:
         """Image bytes the Observer can see: inline data, or stored `s3://` images read back, within a size cap."""
         import base64
         import binascii
@@ -673,7 +713,7 @@ class MemoryEngine:
                 except (binascii.Error, ValueError):
                     data = None
             elif ref.url and ref.url.startswith('s3://') and self.blobs is not None:
-                data = self.blobs.read(ref.url, max_bytes=budget)
+                data = self.blobs.read(ref.url, max_bytes=budget, resource_id=resource_id)
             if data is None or len(data) > budget:
                 continue  # the placeholder alone tells the Observer an image was there
             budget -= len(data)

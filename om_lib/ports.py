@@ -79,6 +79,16 @@ class AppendResult:
 
 
 @dataclass(frozen=True)
+class AttentionItem:
+    """A thread with activity the sweeper has not looked at yet. `mark` is opaque; pass it back to clear it."""
+
+    resource_id: str
+    thread_id: str
+    active_at: datetime
+    mark: str
+
+
+@dataclass(frozen=True)
 class ThreadPage:
     """A page of a resource's threads, oldest first; pass `next_cursor` back for the next page (None: no more)."""
 
@@ -190,4 +200,15 @@ class MemoryStore(Protocol):
 
         Leaves a tombstone, so late work on the resource-scope record raises ErasedError. Idempotent.
         """
+        ...
+
+    def list_attention(self, *, quiet_since: datetime, limit: int = 100) -> list[AttentionItem]:
+        """Threads whose last activity (a stored message) is older than `quiet_since` and not yet cleared.
+
+        Every append marks its thread (the mark moves to the newest activity). Reads an index, never scans.
+        """
+        ...
+
+    def clear_attention(self, item: AttentionItem) -> None:
+        """Remove the mark, unless the thread had new activity since `item` was listed (then it stays marked)."""
         ...

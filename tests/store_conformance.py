@@ -273,3 +273,23 @@ class StoreConformance:
         # A new thread is a new incarnation of the resource: its records may be created again.
         store.append_messages('r1', 't9', [msg('z')], now=T0)
         assert store.put_record(res, expected_version=None).version == 1
+
+
+class AttentionConformance:
+    """The sweeper's attention list (mixed into StoreConformance subclasses that support it)."""
+
+    def test_append_marks_thread_and_quiet_filter_applies(self, store):
+        store.append_messages('r1', 't1', [msg('a')], now=T0)
+        assert store.list_attention(quiet_since=T0 - timedelta(seconds=1)) == []
+        items = store.list_attention(quiet_since=T0 + timedelta(minutes=1))
+        assert [(i.resource_id, i.thread_id) for i in items] == [('r1', 't1')]
+
+    def test_clear_removes_mark_unless_new_activity(self, store):
+        store.append_messages('r1', 't1', [msg('a')], now=T0)
+        store.append_messages('r1', 't2', [msg('b')], now=T0)
+        first = {i.thread_id: i for i in store.list_attention(quiet_since=T0 + timedelta(minutes=1))}
+        store.append_messages('r1', 't2', [msg('c')], now=T0 + timedelta(minutes=5))
+        store.clear_attention(first['t1'])
+        store.clear_attention(first['t2'])  # stale mark: t2 had new activity, it stays listed
+        later = store.list_attention(quiet_since=T0 + timedelta(minutes=10))
+        assert [i.thread_id for i in later] == ['t2']

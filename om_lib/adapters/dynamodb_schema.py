@@ -31,6 +31,14 @@ THREADS_INDEX = 'GSI1'
 GSI1_PK = 'GSI1PK'
 GSI1_SK = 'GSI1SK'
 
+# GSI: threads that need the sweeper's attention (sparse: only thread items with new messages since the sweeper last
+# found nothing to do). Sharded partitions (`ATTN#<0..3>`), sorted by the last activity, so the schedule Queries for
+# threads that went quiet instead of Scanning the table. Projects `resource_id`, which the sweeper needs.
+ATTENTION_INDEX = 'GSI2'
+ATTN_PK = 'ATTNPK'
+ATTN_SK = 'ATTNSK'
+ATTENTION_SHARDS = 4
+
 # TTL attribute (epoch seconds). Only tombstones carry it; the CDK app enables TTL on it.
 TTL_ATTRIBUTE = 'expires_at'
 
@@ -40,6 +48,8 @@ ATTRIBUTE_DEFINITIONS: list[dict[str, str]] = [
     {'AttributeName': SEQ, 'AttributeType': 'N'},
     {'AttributeName': GSI1_PK, 'AttributeType': 'S'},
     {'AttributeName': GSI1_SK, 'AttributeType': 'S'},
+    {'AttributeName': ATTN_PK, 'AttributeType': 'S'},
+    {'AttributeName': ATTN_SK, 'AttributeType': 'S'},
 ]
 KEY_SCHEMA: list[dict[str, str]] = [
     {'AttributeName': PK, 'KeyType': 'HASH'},
@@ -57,7 +67,12 @@ GLOBAL_SECONDARY_INDEXES: list[dict[str, Any]] = [
         'IndexName': THREADS_INDEX,
         'KeySchema': [{'AttributeName': GSI1_PK, 'KeyType': 'HASH'}, {'AttributeName': GSI1_SK, 'KeyType': 'RANGE'}],
         'Projection': {'ProjectionType': 'KEYS_ONLY'},
-    }
+    },
+    {
+        'IndexName': ATTENTION_INDEX,
+        'KeySchema': [{'AttributeName': ATTN_PK, 'KeyType': 'HASH'}, {'AttributeName': ATTN_SK, 'KeyType': 'RANGE'}],
+        'Projection': {'ProjectionType': 'INCLUDE', 'NonKeyAttributes': ['resource_id']},
+    },
 ]
 
 

@@ -30,6 +30,7 @@ import json
 import logging
 import threading
 import uuid
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -50,7 +51,7 @@ from om_lib.errors import (
     VersionConflictError,
 )
 from om_lib.messages import FilePart, ImagePart, Message
-from om_lib.ports import AppendResult, Clock, MessagePage, ThreadPage
+from om_lib.ports import AppendResult, AttentionItem, Clock, MessagePage, ThreadPage
 from om_lib.records import OMRecord, Thread
 
 if TYPE_CHECKING:
@@ -81,6 +82,11 @@ _BATCH_GET = 100
 # ---------------------------------------------------------------------------------------------------------------------
 # Attribute values (low-level client: numbers travel as strings, so no Decimal anywhere)
 # ---------------------------------------------------------------------------------------------------------------------
+def _attention_pk(thread_id: str) -> str:
+    shard = zlib.crc32(thread_id.encode()) % schema.ATTENTION_SHARDS
+    return f'ATTN#{shard}'
+
+
 def _s(value: str) -> dict[str, str]:
     return {'S': value}
 
@@ -590,6 +596,51 @@ class DynamoMemoryStore:
     # =================================================================================================================
     # Erase
     # =================================================================================================================
+    def list_attention(self, *, quiet_since: datetime, limit: int = 100) -> list[AttentionItem]:
+        """See `MemoryStore.list_attention`: one Query per shard of the sparse attention index, oldest first."""
+        items: list[AttentionItem] = []
+        for shard in range(schema.ATTENTION_SHARDS):
+            kwargs: dict[str, Any] = {
+                'TableName': self.table_name,
+                'IndexName': schema.ATTENTION_INDEX,
+                'KeyConditionExpression': '#apk = :apk AND #ask < :quiet',
+                'ExpressionAttributeNames': {'#apk': schema.ATTN_PK, '#ask': schema.ATTN_SK},
+                'ExpressionAttributeValues': {':apk': _s(f'ATTN#{shard}'), ':quiet': _s(_iso(quiet_since))},
+                'Limit': limit,
+            }
+            for item in self._query_all(kwargs):
+                pk, mark, resource_id = _str(item, 'PK'), _str(item, schema.ATTN_SK), _str(item, 'resource_id')
+                if not pk or not mark or not resource_id or not pk.startswith('THREAD#'):
+                    continue
+                items.append(
+                    AttentionItem(
+                        resource_id=resource_id,
+                        thread_id=pk[len('THREAD#') :],
+                        active_at=datetime.fromisoformat(mark),
+                        mark=mark,
+                    )
+                )
+                if len(items) >= limit * schema.ATTENTION_SHARDS:
+                    break
+        return sorted(items, key=lambda i: i.active_at)[:limit]
+
+    def clear_attention(self, item: AttentionItem) -> None:
+        """See `MemoryStore.clear_attention` (conditional on the mark being unchanged)."""
+        try:
+            self.ddb.update_item(
+                TableName=self.table_name,
+                Key=_key(_thread_pk(item.thread_id), META),
+                UpdateExpression='REMOVE #apk, #ask',
+                ConditionExpression='#ask = :mark',
+                ExpressionAttributeNames={'#apk': schema.ATTN_PK, '#ask': schema.ATTN_SK},
+                ExpressionAttributeValues={':mark': _s(item.mark)},
+            )
+        except ClientError as exc:
+            if _is_conditional_failure(exc):
+                return  # new activity since it was listed: it stays marked
+            with aws_errors():
+                raise
+
     def delete_thread(self, resource_id: str, thread_id: str) -> None:
         """See `MemoryStore.delete_thread`.
 
@@ -601,6 +652,7 @@ class DynamoMemoryStore:
         pk = _thread_pk(thread_id)
         now = self.clock.now()
         remove = ['resource_id', 'created_at', 'updated_at', 'next_seq', schema.GSI1_PK, schema.GSI1_SK]
+        remove += [schema.ATTN_PK, schema.ATTN_SK]
         remove += [*_THREAD_ATTRS, *_OM_ATTRS]
         try:
             response = self.ddb.update_item(
@@ -693,13 +745,21 @@ class DynamoMemoryStore:
                 UpdateExpression=(
                     'SET resource_id = :r, created_at = if_not_exists(created_at, :now), updated_at = :now, '
                     'inc = if_not_exists(inc, :one), #gpk = if_not_exists(#gpk, :gpk), '
-                    '#gsk = if_not_exists(#gsk, :gsk) ADD next_seq :n REMOVE erased_at, #ttl'
+                    '#gsk = if_not_exists(#gsk, :gsk), #apk = :apk, #ask = :ask ADD next_seq :n REMOVE erased_at, #ttl'
                 ),
                 ConditionExpression='attribute_not_exists(resource_id) OR resource_id = :r',
-                ExpressionAttributeNames={'#gpk': schema.GSI1_PK, '#gsk': schema.GSI1_SK, '#ttl': schema.TTL_ATTRIBUTE},
+                ExpressionAttributeNames={
+                    '#gpk': schema.GSI1_PK,
+                    '#gsk': schema.GSI1_SK,
+                    '#ttl': schema.TTL_ATTRIBUTE,
+                    '#apk': schema.ATTN_PK,
+                    '#ask': schema.ATTN_SK,
+                },
                 ExpressionAttributeValues={
                     ':r': _s(resource_id),
                     ':now': _s(now_iso),
+                    ':apk': _s(_attention_pk(thread_id)),
+                    ':ask': _s(now_iso),
                     ':one': _n(1),
                     ':n': _n(count),
                     ':gpk': _s(_gsi_pk(resource_id)),

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from om_lib.errors import ErasedError, MessageConflictError, ThreadNotFoundError, VersionConflictError
 from om_lib.messages import Message
-from om_lib.ports import AppendResult, MessagePage, ThreadPage
+from om_lib.ports import AppendResult, AttentionItem, MessagePage, ThreadPage
 from om_lib.records import OMRecord, Thread
 
 
@@ -34,6 +34,8 @@ class InMemoryStore:
         # key -> generations, oldest first; the last one is the head.
         self._records: dict[str, list[OMRecord]] = {}
         self._erased_keys: set[str] = set()
+        # thread id -> (resource id, last activity): threads the sweeper should look at.
+        self._attention: dict[str, tuple[str, datetime]] = {}
 
     # -- threads and messages -------------------------------------------------------------------------------------
     def append_messages(
@@ -85,6 +87,7 @@ class InMemoryStore:
                 created.append(message.id)
             if created:
                 data.thread = data.thread.model_copy(update={'updated_at': now})
+                self._attention[thread_id] = (resource_id, now)
             record = self.get_record(f'thread:{resource_id}/{thread_id}') if include_record else None
             return AppendResult(
                 thread=data.thread,
@@ -205,6 +208,7 @@ class InMemoryStore:
             if data is None or data.thread.resource_id != resource_id:
                 raise ThreadNotFoundError(thread_id)
             del self._threads[thread_id]
+            self._attention.pop(thread_id, None)
             key = f'thread:{resource_id}/{thread_id}'
             self._records.pop(key, None)
             self._erased_keys.add(key)
@@ -221,6 +225,24 @@ class InMemoryStore:
     def _check_not_erased(self, record: OMRecord) -> None:
         if record.key in self._erased_keys:
             raise ErasedError(f'{record.key} was erased; late work is dropped')
+
+    # -- the sweeper's attention list -------------------------------------------------------------------------------
+    def list_attention(self, *, quiet_since: datetime, limit: int = 100) -> list[AttentionItem]:
+        """See `MemoryStore.list_attention`."""
+        with self._lock:
+            items = [
+                AttentionItem(resource_id=rid, thread_id=tid, active_at=at, mark=at.isoformat())
+                for tid, (rid, at) in self._attention.items()
+                if at < quiet_since
+            ]
+        return sorted(items, key=lambda i: i.active_at)[:limit]
+
+    def clear_attention(self, item: AttentionItem) -> None:
+        """See `MemoryStore.clear_attention`."""
+        with self._lock:
+            current = self._attention.get(item.thread_id)
+            if current is not None and current[1].isoformat() == item.mark:
+                del self._attention[item.thread_id]
 
 
 def _thread_order(thread: Thread) -> str:

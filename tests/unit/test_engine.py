@@ -442,3 +442,21 @@ def test_complete_turn_schedules_due_observation():
     h.step(h.user(words(20)))
     turn = h.engine.complete_turn('r1', 't1', [h.assistant(words(120))])
     assert turn.scheduled == ['observe'] and work.jobs[0].kind == 'observe'
+
+
+def test_sweeper_observes_quiet_threads_and_clears_done_ones():
+    h = Harness(config())
+    work = with_work(h)
+    h.step(h.user(words(10)), thread='quiet')  # below the threshold
+    h.model.script('observer', OBS_A)
+    h.step(h.user(words(150)), thread='busy')  # observed at once: nothing left to do
+    assert h.engine.sweep(quiet_for=timedelta(minutes=30)) == []  # nothing is quiet yet
+    h.clock.advance(timedelta(hours=1))
+    jobs = h.engine.sweep(quiet_for=timedelta(minutes=30))
+    assert [(j.kind, j.thread_id, j.reason) for j in jobs] == [('observe', 'quiet', 'stale')]
+    # The worker observes the quiet thread; the next sweep finds nothing to do and clears it.
+    h.model.script('observer', OBS_B)
+    h.engine.run_job(jobs[0])
+    assert h.record(thread='quiet').cursor('quiet') == 1
+    assert h.engine.sweep(quiet_for=timedelta(minutes=30)) == []
+    assert h.store.list_attention(quiet_since=h.clock.now()) == []

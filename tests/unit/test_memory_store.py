@@ -3,10 +3,10 @@ from __future__ import annotations
 import pytest
 
 from om_lib.adapters.memory_store import InMemoryStore
-from tests.store_conformance import StoreConformance
+from tests.store_conformance import AttentionConformance, StoreConformance
 
 
-class TestInMemoryStore(StoreConformance):
+class TestInMemoryStore(StoreConformance, AttentionConformance):
     @pytest.fixture
     def store(self):
         return InMemoryStore()
