@@ -454,6 +454,7 @@ def test_sweeper_observes_quiet_threads_and_clears_done_ones():
     h.clock.advance(timedelta(hours=1))
     jobs = h.engine.sweep(quiet_for=timedelta(minutes=30))
     assert [(j.kind, j.thread_id, j.reason) for j in jobs] == [('observe', 'quiet', 'stale')]
+    assert work.jobs[-1] == jobs[0]  # submitted to the work queue
     # The worker observes the quiet thread; the next sweep finds nothing to do and clears it.
     h.model.script('observer', OBS_B)
     h.engine.run_job(jobs[0])
