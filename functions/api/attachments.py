@@ -1,0 +1,77 @@
+"""`POST /attachments`: a presigned S3 upload under the resource's prefix, for a thread the caller owns.
+
+The object key lives under the thread's prefix (`s3_blobs.thread_prefix`), so erasing the thread or the resource
+deletes the upload too, and the engine reads it back only for this resource. The presigned PUT is signed with the
+declared Content-Type: the client must send the same header.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from typing import TYPE_CHECKING, Annotated
+from urllib.parse import quote
+
+from aws_lambda_powertools.event_handler.openapi.params import Body
+from aws_lambda_powertools.event_handler.router import APIGatewayRouter
+
+from functions import _wiring
+from functions._observability import logger
+from functions.api.errors import ApiError
+from functions.api.models import AttachmentIn, AttachmentOut
+from functions.api.routes import _errors, _ok, authorize, json_response
+from om_lib.adapters.s3_blobs import thread_prefix
+from om_lib.errors import ThreadNotFoundError
+from om_lib.messages import iso
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+router = APIGatewayRouter()
+
+# Larger files are not useful to a model inline (Gemini takes ~20 MB per request) and cost to keep.
+MAX_ATTACHMENT_BYTES = 20 * 1024 * 1024
+UPLOAD_URL_TTL = timedelta(minutes=15)
+
+
+@lru_cache(maxsize=1)
+def s3_client() -> S3Client:
+    """The S3 client used for presigning (created once per process; SigV4 so the URL works in every region)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client('s3', config=Config(signature_version='s3v4'))
+
+
+def attachment_key(resource_id: str, thread_id: str, filename: str, unique: str) -> str:
+    """The object key of a new attachment (the filename is kept, quoted, for downloads and the model's benefit)."""
+    return f'{thread_prefix(resource_id, thread_id)}attachments/{unique}/{quote(filename, safe="._-")}'
+
+
+@router.post(
+    '/attachments',
+    summary='Get a presigned S3 upload URL for an attachment',
+    responses={**_ok(AttachmentOut, 201, 'Created'), **_errors(400, 401, 403, 404, 413, 422, 500, 503)},
+    tags=['attachments'],
+)
+def create_attachment(body: Annotated[AttachmentIn, Body()]):
+    authorize(body.resource_id)
+    if body.size > MAX_ATTACHMENT_BYTES:
+        raise ApiError(
+            413,
+            'payload_too_large',
+            f'attachments are limited to {MAX_ATTACHMENT_BYTES} bytes (this one declares {body.size})',
+        )
+    if _wiring.store().get_thread(body.resource_id, body.thread_id) is None:
+        raise ThreadNotFoundError(body.thread_id)
+    bucket = _wiring.settings().OM_BUCKET_NAME
+    key = attachment_key(body.resource_id, body.thread_id, body.filename, uuid.uuid4().hex)
+    expires_at = datetime.now(UTC) + UPLOAD_URL_TTL
+    upload_url = s3_client().generate_presigned_url(
+        'put_object',
+        Params={'Bucket': bucket, 'Key': key, 'ContentType': body.media_type},
+        ExpiresIn=int(UPLOAD_URL_TTL.total_seconds()),
+    )
+    logger.info('attachment presigned', extra={'thread_id': body.thread_id, 'size': body.size})
+    return json_response({'url': f's3://{bucket}/{key}', 'uploadUrl': upload_url, 'expiresAt': iso(expires_at)}, 201)

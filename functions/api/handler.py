@@ -1,0 +1,35 @@
+"""The API Lambda: API Gateway REST proxy events → Powertools' resolver → the routes in this package."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions import _wiring
+from functions._observability import logger, metrics
+from functions.api import attachments, edge, errors, meta, routes
+
+app = APIGatewayRestResolver(enable_validation=True)
+app.include_router(routes.router)
+app.include_router(attachments.router)
+app.include_router(meta.router)
+errors.register(app)
+edge.install_not_found(app)
+
+# Heavy setup during Lambda init, so SnapStart snapshots it and warm invocations reuse it. Only inside Lambda:
+# importing this module in a test (or a tool) must work without the service's environment.
+if os.environ.get('AWS_LAMBDA_FUNCTION_NAME'):
+    try:
+        _wiring.init()
+        meta.openapi_document()
+    except Exception:  # the first request retries the setup and answers with the error then
+        logger.exception('init failed')
+
+
+@logger.inject_lambda_context
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return edge.refuse_early(event) or app.resolve(event, context)

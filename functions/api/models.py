@@ -1,0 +1,253 @@
+"""The HTTP API's request and response bodies (CONTRACT §2), camelCase on the wire.
+
+Request models validate at the edge (Powertools turns their errors into 422s with field paths); response models
+document the answers in the OpenAPI document. Message parts reuse om_lib's part models, so the API refuses exactly
+what the engine would refuse, before anything is written.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from om_lib.messages import Message, Part, Role, TextPart
+
+MAX_ID_CHARS = 256
+MAX_MESSAGES_PER_REQUEST = 100
+
+Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern=r'\S')]
+# The fields a client never sees: arrival order, the token cache and the owner (the request already names it).
+SERVER_FIELDS = frozenset({'seq', 'token_counts', 'thread_id', 'resource_id'})
+
+
+def new_message_id() -> str:
+    """A server-assigned message id."""
+    return f'msg_{uuid.uuid4().hex}'
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra='forbid')
+
+
+class MessageIn(_Model):
+    """A message as a client sends it: `id` and `createdAt` are optional, `content` is shorthand for one text part."""
+
+    # Client-supplied token estimates (`tokenCounts`) and server fields are ignored, not refused (CONTRACT §2).
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra='ignore')
+
+    id: Id | None = None
+    role: Role
+    created_at: datetime | None = None
+    content: str | None = None
+    parts: list[Part] | None = None
+
+    @model_validator(mode='after')
+    def _one_body(self) -> MessageIn:
+        if self.content is not None and self.parts:
+            raise ValueError('send either `content` or `parts`, not both')
+        if self.content is None and not self.parts:
+            raise ValueError('a message needs `content` (text) or at least one entry in `parts`')
+        return self
+
+    def to_message(self, now: datetime) -> Message:
+        """The domain message, with a server id and time where the client sent none."""
+        parts = tuple(self.parts) if self.parts else (TextPart(text=self.content or ''),)
+        return Message(id=self.id or new_message_id(), role=self.role, created_at=self.created_at or now, parts=parts)
+
+
+class StepsIn(_Model):
+    """`POST /threads/{threadId}/steps`: the new input of one step."""
+
+    resource_id: Id
+    messages: list[MessageIn] = Field(max_length=MAX_MESSAGES_PER_REQUEST)
+    step_number: int = Field(default=0, ge=0)
+
+
+class TurnsIn(_Model):
+    """`POST /threads/{threadId}/turns`: the outputs of one turn (assistant and tool messages)."""
+
+    resource_id: Id
+    messages: list[MessageIn] = Field(max_length=MAX_MESSAGES_PER_REQUEST)
+
+
+class ChatIn(_Model):
+    """`POST /threads/{threadId}/chat`: one user message, as `message` or as `content` text."""
+
+    resource_id: Id
+    message: MessageIn | None = None
+    content: str | None = None
+
+    @model_validator(mode='after')
+    def _one_input(self) -> ChatIn:
+        if (self.message is None) == (self.content is None):
+            raise ValueError('send exactly one of `message` or `content`')
+        if self.message is not None and self.message.role != 'user':
+            raise ValueError("the chat message's role must be 'user'")
+        return self
+
+    def user_message(self, now: datetime) -> Message:
+        """The user's message as a domain message (server id and time where absent)."""
+        incoming = self.message or MessageIn(role='user', content=self.content)
+        return incoming.to_message(now)
+
+
+class AttachmentIn(_Model):
+    """`POST /attachments`: what the client is about to upload."""
+
+    resource_id: Id
+    thread_id: Id
+    filename: str = Field(min_length=1, max_length=255)
+    media_type: str = Field(max_length=255, pattern=r'^[A-Za-z0-9][\w.+-]*/[\w.+-]+$')
+    size: int = Field(ge=0, description='Bytes the client will upload.')
+
+
+# -- answers (documentation models; routes build the JSON themselves so None fields stay out of it) --------------
+
+
+class MessageOut(_Model):
+    """A message in an answer: no server-internal fields (`seq`, token cache, owner)."""
+
+    id: str
+    role: Role
+    created_at: datetime
+    parts: list[Part]
+
+
+DataPart = dict[str, Any]
+
+
+class StepsOut(_Model):
+    """What the Actor should see for this step."""
+
+    thread_id: str
+    resource_id: str
+    system: str
+    messages: list[MessageOut]
+    tools: list[dict[str, Any]]
+    parts: list[DataPart]
+
+
+class TurnsOut(_Model):
+    """The ids of the turn's messages as stored, and any `data-om-*` parts."""
+
+    saved: list[str]
+    parts: list[DataPart]
+
+
+class ChatOut(_Model):
+    """The Actor's reply (`null` when the Actor model failed after the user's message was saved)."""
+
+    reply: MessageOut | None
+    parts: list[DataPart]
+
+
+class MessagesPage(_Model):
+    """One page of a thread's messages, oldest first."""
+
+    messages: list[MessageOut]
+    page: int
+    per_page: int
+    has_more: bool
+
+
+class ThreadOut(_Model):
+    """A thread as listed."""
+
+    id: str
+    resource_id: str
+    title: str | None
+    created_at: datetime
+    updated_at: datetime
+    metadata: dict[str, Any]
+
+
+class ThreadsPage(_Model):
+    """One page of a resource's threads."""
+
+    threads: list[ThreadOut]
+    has_more: bool
+
+
+class BufferedObservationsOut(_Model):
+    """Observations computed in the background, not yet active."""
+
+    chunks: int
+    message_tokens: int
+    observation_tokens: int
+    status: str
+
+
+class BufferedReflectionOut(_Model):
+    """A reflection computed in the background, not yet active."""
+
+    input_observation_tokens: int
+    observation_tokens: int
+    status: str
+
+
+class BufferedOut(_Model):
+    """Background work on this memory."""
+
+    observations: BufferedObservationsOut
+    reflection: BufferedReflectionOut
+
+
+class ThresholdsOut(_Model):
+    """The thresholds that trigger observation and reflection, in tokens."""
+
+    message_tokens: int
+    observation_tokens: int
+
+
+class MemoryOut(_Model):
+    """`GET /threads/{threadId}/memory`."""
+
+    scope: Literal['thread', 'resource']
+    record_id: str | None
+    generation_count: int
+    observations: str
+    observation_tokens: int
+    pending_message_tokens: int
+    thresholds: ThresholdsOut
+    current_task: str | None
+    suggested_response: str | None
+    last_observed_at: str | None
+    buffered: BufferedOut
+
+
+class AttachmentOut(_Model):
+    """A presigned S3 upload: PUT the bytes to `uploadUrl` (with the declared Content-Type), then use `url`."""
+
+    url: str
+    upload_url: str
+    expires_at: str
+
+
+class HealthOut(_Model):
+    """Liveness."""
+
+    status: Literal['ok']
+    version: str
+
+
+class ErrorBody(_Model):
+    """The error object."""
+
+    code: str
+    message: str
+    details: list[dict[str, Any]]
+
+
+class ErrorOut(_Model):
+    """Every error answer (CONTRACT §2 "Errors")."""
+
+    error: ErrorBody
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    """A message as answers show it (camelCase, no server-internal fields, no empty optionals)."""
+    return message.model_dump(mode='json', by_alias=True, exclude_none=True, exclude=set(SERVER_FIELDS))

@@ -1,0 +1,219 @@
+"""The chat service behind `POST /threads/{threadId}/chat`: one step, one Actor call and one turn, in one request.
+
+`chat` saves the user's message first (through `prepare_step`, which also observes and reflects when due), calls the
+Actor model (`actorModel`) with the memory system message and the unobserved messages, then saves the reply
+(`complete_turn`).
+
+Failure rule (CONTRACT §2): once the user's message is saved, trouble is reported inside the answer, never as an
+error that hides the write. So when the Actor model fails, `chat` returns `reply=None` and a
+`data-om-actor-failed` part (`{type, data: {error, message, retryable, model}}`); the client may retry the same
+message (same id: the retry does not save it twice). When the reply cannot be saved, it is still returned, with a
+`data-om-reply-unsaved` part; sending it to `/turns` under its id saves it. Errors before anything is written
+(an invalid message, another resource's thread, a conflicting id) raise as usual.
+
+Tools: `tools` are declared to the Actor as given. This service does not run tools yet; a function call the model
+asks for comes back as a `tool-call` part of the reply, for the client to run and send to `/turns`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from om_lib.engine import MemoryEngine
+from om_lib.errors import ModelError, OMError
+from om_lib.llm import (
+    Content,
+    ContentPart,
+    FunctionCall,
+    FunctionDeclaration,
+    FunctionResponse,
+    InlineBlob,
+    ModelRequest,
+    ModelResponse,
+)
+from om_lib.messages import FilePart, ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
+
+logger = logging.getLogger(__name__)
+
+# What the Actor is, in our words; the memory system message (observations, working memory, hints) follows it.
+ACTOR_SYSTEM_PROMPT = (
+    'You are a helpful assistant in a long-running conversation with one user. '
+    'Answer the latest user message directly and accurately. '
+    'Use the memory below as what you already know about this user and earlier turns; '
+    'prefer it over guessing, and say so plainly when you do not know something.'
+)
+# The Actor always gets at least this long, even when observation used up the request's budget: an answer late is
+# better than no answer, and the API's budget (20 s by default) plus this stays under API Gateway's 29 s.
+MIN_ACTOR_S = 8.0
+# Attachments inlined into the Actor's request, per attachment.
+MAX_INLINE_BYTES = 12 * 1024 * 1024
+
+
+@dataclass
+class ChatResult:
+    """The Actor's reply (None when the Actor failed after the user's message was saved) and this call's parts."""
+
+    reply: Message | None
+    parts: list[dict[str, Any]]
+    saved_ids: list[str] = field(default_factory=list)
+    actor_calls: int = 0
+
+
+class ChatService:
+    """Steps, Actor call and turns in one call, over a `MemoryEngine`.
+
+    Args:
+        engine: The memory engine; its router, settings (`actor_model`), counter and clock are used for the Actor.
+        id_factory: Makes new message ids (server ids are `msg_<uuid hex>`).
+        system_prompt: The Actor's own instructions, placed before the memory system message.
+    """
+
+    def __init__(
+        self,
+        engine: MemoryEngine,
+        *,
+        id_factory: Callable[[], str] | None = None,
+        system_prompt: str = ACTOR_SYSTEM_PROMPT,
+    ) -> None:
+        self.engine = engine
+        self._new_id = id_factory or (lambda: f'msg_{uuid.uuid4().hex}')
+        self.system_prompt = system_prompt
+
+    def chat(
+        self,
+        resource_id: str,
+        thread_id: str,
+        message: Message,
+        *,
+        tools: Sequence[FunctionDeclaration] = (),
+        step_number: int = 0,
+    ) -> ChatResult:
+        """Save `message`, ask the Actor, save and return its reply.
+
+        Args:
+            resource_id: The owner of the thread.
+            thread_id: The thread (created on first use).
+            message: The user's message (with its final id and time).
+            tools: Function declarations exposed to the Actor (none are run by this service).
+            step_number: The step's number, echoed in the status part.
+
+        Returns:
+            ChatResult with the reply (or None and a `data-om-actor-failed` part when the Actor failed).
+
+        Raises:
+            InvalidInputError, ThreadNotFoundError, MessageConflictError, StorageError: before anything was saved.
+        """
+        engine = self.engine
+        started = engine.clock.monotonic()
+        step = engine.prepare_step(resource_id, thread_id, [message], step_number=step_number)
+        parts = list(step.parts)
+        system = self.system_prompt + ('\n\n' + step.system if step.system.strip() else '')
+        request = ModelRequest(
+            purpose='actor',
+            system=system,
+            contents=tuple(self._contents(step.messages, resource_id)),
+            tools=tuple(tools),
+            source_messages=tuple(step.messages),
+        )
+        input_tokens = engine.counter.count_messages(step.messages) + engine.counter.count_string(system)
+        deadline = max(started + engine.time_budget_s, engine.clock.monotonic() + MIN_ACTOR_S)
+        try:
+            response = engine.router.generate(
+                engine.settings.actor_model, request, input_tokens=input_tokens, deadline=deadline
+            )
+        except ModelError as exc:
+            logger.warning('actor failed', extra={'thread_id': thread_id, 'error': exc.code})
+            parts.append(_actor_failed(exc))
+            return ChatResult(None, parts, list(step.saved_ids), actor_calls=1)
+
+        reply = self._reply(response)
+        saved = list(step.saved_ids)
+        try:
+            turn = engine.complete_turn(resource_id, thread_id, [reply])
+        except OMError as exc:
+            # The answer exists and the user's message is saved; losing the reply now would hide both.
+            logger.warning('reply not saved', extra={'thread_id': thread_id, 'error': exc.code})
+            parts.append({'type': 'data-om-reply-unsaved', 'data': {'error': exc.code, 'retryable': exc.retryable}})
+            return ChatResult(reply, parts, saved, actor_calls=1)
+        parts.extend(turn.parts)
+        if turn.scheduled:
+            parts.append({'type': 'data-om-scheduled', 'data': {'operations': list(turn.scheduled)}})
+        stored = next((m for m in turn.saved if m.id == reply.id), reply)
+        return ChatResult(stored, parts, [*saved, reply.id], actor_calls=1)
+
+    # -- request and reply ------------------------------------------------------------------------------------------
+    def _reply(self, response: ModelResponse) -> Message:
+        reply_parts: list[TextPart | ToolCallPart] = []
+        if response.text:
+            reply_parts.append(TextPart(text=response.text))
+        for call in response.function_calls:
+            reply_parts.append(
+                ToolCallPart(tool_call_id=call.id or f'call_{uuid.uuid4().hex}', tool_name=call.name, args=call.args)
+            )
+        if not reply_parts:
+            reply_parts.append(TextPart(text=''))
+        return Message(
+            id=self._new_id(), role='assistant', created_at=self.engine.clock.now(), parts=tuple(reply_parts)
+        )
+
+    def _contents(self, messages: Sequence[Message], resource_id: str) -> list[Content]:
+        contents: list[Content] = []
+        for message in messages:
+            role: Literal['user', 'model'] = 'model' if message.role == 'assistant' else 'user'
+            converted = [p for p in (self._part(part, message, resource_id) for part in message.parts) if p is not None]
+            if not converted:
+                continue
+            # Gemini wants turns to alternate; consecutive messages of one side become one turn.
+            if contents and contents[-1].role == role:
+                contents[-1] = Content(role=role, parts=(*contents[-1].parts, *converted))
+            else:
+                contents.append(Content(role=role, parts=tuple(converted)))
+        return contents
+
+    def _part(self, part: Any, message: Message, resource_id: str) -> ContentPart | None:
+        if isinstance(part, TextPart):
+            if not part.text:
+                return None
+            return f'[system] {part.text}' if message.role == 'system' else part.text
+        if isinstance(part, ToolCallPart):
+            args = part.args if isinstance(part.args, dict) else {'value': part.args}
+            return FunctionCall(name=part.tool_name, args=args, id=part.tool_call_id)
+        if isinstance(part, ToolResultPart):
+            result = part.result if isinstance(part.result, dict) else {'result': part.result}
+            return FunctionResponse(name=part.tool_name, response=result, id=part.tool_call_id)
+        if isinstance(part, ImagePart | FilePart):
+            return self._attachment(part, resource_id)
+        return None  # reasoning is the model's own scratchpad; it is not sent back
+
+    def _attachment(self, part: ImagePart | FilePart, resource_id: str) -> ContentPart:
+        mime = part.media_type or ('image/png' if isinstance(part, ImagePart) else 'application/octet-stream')
+        data: bytes | None = None
+        if part.data:
+            try:
+                data = base64.b64decode(part.data, validate=True)
+            except (binascii.Error, ValueError):
+                data = None
+        elif part.url and part.url.startswith('s3://') and self.engine.blobs is not None:
+            data = self.engine.blobs.read(part.url, max_bytes=MAX_INLINE_BYTES, resource_id=resource_id)
+        if data is not None and len(data) <= MAX_INLINE_BYTES:
+            return InlineBlob(mime_type=mime, data=data)
+        name = part.filename or 'attachment'
+        return f'[attachment {name} ({mime}) at {part.url or "inline data"}; not available to you]'
+
+
+def _actor_failed(exc: ModelError) -> dict[str, Any]:
+    return {
+        'type': 'data-om-actor-failed',
+        'data': {
+            'error': exc.code,
+            'message': 'the Actor model did not answer; the message is saved, retry it with the same id',
+            'retryable': exc.retryable,
+            'model': getattr(exc, 'model', None),
+        },
+    }
