@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 FUNCTIONS = ('api', 'buffer_worker', 'reflection', 'sweeper')
+# Powertools settings that keep the functions' JSON logs and metrics off an interactive terminal.
+QUIET_FUNCTIONS = {'POWERTOOLS_LOG_LEVEL': 'WARNING', 'POWERTOOLS_METRICS_DISABLED': 'true'}
 
 
 def _offline_notice() -> str:
@@ -22,6 +24,7 @@ def _offline_notice() -> str:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """`om serve`: the HTTP API with background work, until Ctrl-C."""
+    import signal
     import threading
 
     from om_cli.local_stack import LocalStack
@@ -33,11 +36,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f'om serve: {stack.url}  (AWS: {aws} at {stack.endpoint})', flush=True)
     print(_offline_notice(), flush=True)
     print(f'try: curl {stack.url}/health', flush=True)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())  # `kill` stops it as cleanly as Ctrl-C
     try:
-        threading.Event().wait()
+        while not stopping.wait(0.5):
+            pass
     except KeyboardInterrupt:
-        print('\nstopping ...', file=sys.stderr)
+        pass
     finally:
+        print('stopping ...', file=sys.stderr)
         stack.stop()
     return 0
 
@@ -63,7 +70,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     stack = None
     url = args.url
     if not url:
-        stack = LocalStack(port=0, config_file=args.config).start()
+        # The functions' logs would interleave with the conversation; `om serve` shows them.
+        stack = LocalStack(port=0, config_file=args.config, env=QUIET_FUNCTIONS).start()
         url = stack.url
         print(f'(embedded local stack at {url}; {_offline_notice()})')
     try:
@@ -78,7 +86,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 break
             if not text:
                 continue
-            status, body = http_json(url, 'POST', f'/threads/{args.thread}/chat', {'resourceId': args.resource, 'content': text})
+            status, body = http_json(
+                url, 'POST', f'/threads/{args.thread}/chat', {'resourceId': args.resource, 'content': text}
+            )
             if status != 200:
                 print(f'[{status}] {body.get("error", body)}')
                 continue

@@ -1,0 +1,65 @@
+"""Buffer worker: SQS (FIFO, one message group per memory record) → `engine.run_job` for each observation job.
+
+Partial batch responses: only the records that failed are redelivered. A malformed body fails every time, so after
+the queue's maxReceiveCount it lands in the dead-letter queue for a human; a job whose thread was erased meanwhile
+succeeds with nothing to do. Jobs are idempotent (run_job re-reads the record), so redelivery is harmless.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions import _wiring
+from functions._observability import logger, metrics, record_parts_metrics
+from om_lib.errors import ErasedError, OMError, ThreadNotFoundError
+from om_lib.work import Job
+
+# A failing record holds back only the later jobs of its own group (its record stays in order); other groups run.
+processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+# A batch whose records all failed is reported like any other (every id in batchItemFailures) instead of raising: the
+# outcome for SQS is the same, but a raise would count as a Lambda error and page someone for one bad message.
+processor.raise_on_entire_batch_failure = False
+# run_job reports a failed model call as a part (the request path must not raise); here it must be redelivered.
+_RETRY_REASONS = frozenset({'error', 'timeout'})
+
+
+class MalformedJobError(ValueError):
+    """The message body is not a Job; it fails until the queue moves it to the dead-letter queue."""
+
+
+class JobIncompleteError(OMError):
+    """The job's model call failed; SQS redelivers the message after its visibility timeout."""
+
+    retryable = True
+    code = 'job_incomplete'
+
+
+def record_handler(record: SQSRecord) -> None:
+    try:
+        job = Job.from_json(json.loads(record.body))
+    except (ValueError, KeyError, TypeError) as exc:
+        logger.error('malformed job', message_id=record.message_id, error=str(exc))
+        raise MalformedJobError(f'message {record.message_id} is not a job: {exc}') from exc
+    try:
+        parts = _wiring.engine().run_job(job)
+    except (ThreadNotFoundError, ErasedError):
+        logger.info('thread is gone; nothing to do', record_key=job.record_key, kind=job.kind)
+        return
+    except OMError as exc:
+        logger.warning('job failed', record_key=job.record_key, kind=job.kind, retryable=exc.retryable, error=str(exc))
+        raise
+    record_parts_metrics(parts)
+    failed = [p['data'] for p in parts if p['type'] == 'data-om-observation-failed']
+    if any(data.get('reason') in _RETRY_REASONS for data in failed):
+        raise JobIncompleteError(f'{job.kind} of {job.record_key} failed: {failed[-1].get("error")}')
+
+
+@logger.inject_lambda_context
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

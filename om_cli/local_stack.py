@@ -1,0 +1,742 @@
+"""The local stack behind `om serve`, `om invoke`, `om chat`, `om demo` and the e2e tests.
+
+It runs the deployed architecture in one process, with the same handler code:
+
+- AWS: the endpoint in `AWS_ENDPOINT_URL` (created resources if missing), or an embedded moto server on a free
+  loopback port. The memory table, the bucket, the FIFO work queue with its FIFO dead-letter queue (redrive after 3
+  receives), a Lambda function for the reflection tasks and the reflection state machine built from
+  `functions/reflection/state_machine.asl.json` — the very document the CDK app deploys.
+- Step Functions: moto's ASL interpreter runs the workflow (`execute_state_machine`). Its Lambda tasks call moto's
+  Lambda, which would need Docker; a patch of moto's docker-less Lambda backend runs
+  `functions.reflection.handler.lambda_handler` in-process instead and reports an exception the way Lambda does
+  (`FunctionError` + `errorType` = the class name), so the ASL's Retry/Catch behave as in AWS.
+- SQS → Lambda: a poller thread long-polls the work queue, hands batches to `functions.buffer_worker.handler` as an
+  SQS event and deletes only the records that did not fail, so redelivery and redrive work as in AWS.
+- The schedule: a timer thread calls `functions.sweeper.handler` with a scheduled event.
+- API Gateway: a `ThreadingHTTPServer` turns each request into a REST API proxy event for `functions.api.handler`.
+
+With an external endpoint (`AWS_ENDPOINT_URL`) the Lambda patch cannot reach the emulator's process, so the state
+machine is not used there: reflection jobs travel through the work queue and the buffer worker runs them (run_job
+handles both kinds).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import importlib
+import io
+import json
+import logging
+import os
+import threading
+import time
+import traceback
+import urllib.request
+import uuid
+import zipfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+logger = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parent.parent
+ASL_PATH = ROOT / 'functions' / 'reflection' / 'state_machine.asl.json'
+# API Gateway refuses request bodies over 10 MB before the integration runs.
+MAX_REQUEST_BYTES = 10 * 1024 * 1024
+FAKE_CREDENTIALS = {
+    'AWS_ACCESS_KEY_ID': 'testing',
+    'AWS_SECRET_ACCESS_KEY': 'testing',
+    'AWS_SESSION_TOKEN': 'testing',
+}
+
+ApiHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class StackNames:
+    """Names of the AWS resources the local stack uses (and creates when missing)."""
+
+    table: str = 'om-memory'
+    bucket: str = 'om-memory-blobs'
+    queue: str = 'om-work.fifo'
+    dead_letter_queue: str = 'om-work-dlq.fifo'
+    reflection_function: str = 'om-reflection'
+    state_machine: str = 'om-reflection'
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Running handlers locally
+# ---------------------------------------------------------------------------------------------------------------------
+class LocalLambdaContext:
+    """The parts of the Lambda context object that Powertools and our handlers read."""
+
+    def __init__(self, function: str, *, timeout_s: float = 900.0, region: str = 'us-east-1') -> None:
+        self.function_name = f'om-{function.replace("_", "-")}'
+        self.function_version = '$LATEST'
+        self.invoked_function_arn = f'arn:aws:lambda:{region}:123456789012:function:{self.function_name}'
+        self.memory_limit_in_mb = 1024
+        self.aws_request_id = str(uuid.uuid4())
+        self.log_group_name = f'/aws/lambda/{self.function_name}'
+        self.log_stream_name = 'local'
+        self._deadline = time.monotonic() + timeout_s
+
+    def get_remaining_time_in_millis(self) -> int:
+        """Milliseconds left before this invocation's timeout."""
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+def handler_for(function: str) -> Callable[[dict[str, Any], Any], Any]:
+    """`functions.<function>.handler.lambda_handler` (imported on first use)."""
+    module = importlib.import_module(f'functions.{function}.handler')
+    return module.lambda_handler  # type: ignore[no-any-return]
+
+
+def invoke_handler(function: str, event: dict[str, Any], *, timeout_s: float = 900.0) -> Any:
+    """Call one function's handler in-process with a Lambda-like context."""
+    region = os.environ.get('AWS_DEFAULT_REGION', 'us-east-1')
+    return handler_for(function)(event, LocalLambdaContext(function, timeout_s=timeout_s, region=region))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# moto's Lambda: run our reflection handler in-process (moto would need Docker to run code)
+# ---------------------------------------------------------------------------------------------------------------------
+_IN_PROCESS: dict[str, Callable[[dict[str, Any]], Any]] = {}
+_PATCH_LOCK = threading.Lock()
+_ORIGINAL_INVOKE: Any = None
+
+
+def _function_name(name_or_arn: str) -> str:
+    # arn:aws:lambda:<region>:<account>:function:<name>[:<qualifier>]
+    return name_or_arn.split(':')[6] if name_or_arn.startswith('arn:') else name_or_arn
+
+
+def _patched_invoke(
+    self: Any, function_name: str, qualifier: str | None, body: Any, headers: Any, response_headers: Any
+) -> bytes | str | None:
+    target = _IN_PROCESS.get(_function_name(function_name))
+    if target is None:
+        return _ORIGINAL_INVOKE(self, function_name, qualifier, body, headers, response_headers)  # type: ignore[no-any-return]
+    event = json.loads(body or b'{}')
+    try:
+        result = target(event)
+    except Exception as exc:  # noqa: BLE001 - reported exactly as Lambda reports an unhandled exception
+        # Lambda answers 200 with X-Amz-Function-Error and the class name as errorType; Step Functions matches on it.
+        response_headers['x-amz-function-error'] = 'Unhandled'
+        payload = {
+            'errorType': type(exc).__name__,
+            'errorMessage': str(exc),
+            'stackTrace': traceback.format_tb(exc.__traceback__),
+        }
+        return json.dumps(payload).encode()
+    return json.dumps(result).encode()
+
+
+def register_in_process_function(name: str, target: Callable[[dict[str, Any]], Any]) -> None:
+    """Make moto's docker-less Lambda run `target(event)` for function `name` (installs the patch once)."""
+    global _ORIGINAL_INVOKE
+    from moto.awslambda_simple.models import LambdaSimpleBackend
+
+    with _PATCH_LOCK:
+        if _ORIGINAL_INVOKE is None:
+            _ORIGINAL_INVOKE = LambdaSimpleBackend.invoke
+            LambdaSimpleBackend.invoke = _patched_invoke  # type: ignore[method-assign,assignment]
+        _IN_PROCESS[name] = target
+
+
+def unregister_in_process_function(name: str) -> None:
+    """Undo `register_in_process_function`; the patch is removed with the last registration."""
+    global _ORIGINAL_INVOKE
+    from moto.awslambda_simple.models import LambdaSimpleBackend
+
+    with _PATCH_LOCK:
+        _IN_PROCESS.pop(name, None)
+        if not _IN_PROCESS and _ORIGINAL_INVOKE is not None:
+            LambdaSimpleBackend.invoke = _ORIGINAL_INVOKE  # type: ignore[method-assign]
+            _ORIGINAL_INVOKE = None
+
+
+def _reflection_task(event: dict[str, Any]) -> Any:
+    return invoke_handler('reflection', event, timeout_s=900.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# API Gateway (REST API, Lambda proxy integration)
+# ---------------------------------------------------------------------------------------------------------------------
+def error_body(code: str, message: str) -> bytes:
+    """The contract's error shape (CONTRACT §2), for the errors API Gateway itself answers."""
+    return json.dumps({'error': {'code': code, 'message': message, 'details': []}}).encode()
+
+
+def api_gateway_event(
+    method: str, raw_path: str, headers: Mapping[str, list[str]], body: bytes, *, source_ip: str = '127.0.0.1'
+) -> dict[str, Any]:
+    """A REST API proxy event for one HTTP request, as API Gateway sends it to the function."""
+    split = urlsplit(raw_path)
+    path = unquote(split.path) or '/'
+    query = parse_qs(split.query, keep_blank_values=True)
+    try:
+        text, is_base64 = body.decode('utf-8'), False
+    except UnicodeDecodeError:
+        text, is_base64 = base64.b64encode(body).decode('ascii'), True
+    now = datetime.now(UTC)
+    return {
+        'resource': '/{proxy+}',
+        'path': path,
+        'httpMethod': method,
+        'headers': {name: values[-1] for name, values in headers.items()},
+        'multiValueHeaders': dict(headers),
+        'queryStringParameters': {k: v[-1] for k, v in query.items()} or None,
+        'multiValueQueryStringParameters': query or None,
+        'pathParameters': {'proxy': path.lstrip('/')} if path != '/' else None,
+        'stageVariables': None,
+        'requestContext': {
+            'accountId': '123456789012',
+            'apiId': 'local',
+            'resourceId': 'local',
+            'resourcePath': '/{proxy+}',
+            'httpMethod': method,
+            'path': f'/local{path}',
+            'stage': 'local',
+            'protocol': 'HTTP/1.1',
+            'requestId': str(uuid.uuid4()),
+            'requestTime': now.strftime('%d/%b/%Y:%H:%M:%S +0000'),
+            'requestTimeEpoch': int(now.timestamp() * 1000),
+            'identity': {
+                'sourceIp': source_ip,
+                'userAgent': (headers.get('User-Agent') or headers.get('user-agent') or [''])[-1],
+                'accountId': None,
+                'caller': None,
+                'user': None,
+                'userArn': None,
+                'cognitoIdentityId': None,
+                'cognitoIdentityPoolId': None,
+                'cognitoAuthenticationType': None,
+                'cognitoAuthenticationProvider': None,
+                'accessKey': None,
+                'apiKey': None,
+                'apiKeyId': None,
+            },
+        },
+        'body': text if body else None,
+        'isBase64Encoded': is_base64,
+    }
+
+
+def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
+    class _Handler(BaseHTTPRequestHandler):
+        protocol_version = 'HTTP/1.1'
+
+        def _dispatch(self) -> None:
+            length = int(self.headers.get('Content-Length') or 0)
+            if length > MAX_REQUEST_BYTES:
+                self.close_connection = True  # the body is not read: the connection cannot be reused
+                self._send(413, {'Content-Type': 'application/json'}, error_body('payload_too_large', _TOO_LARGE))
+                return
+            body = self.rfile.read(length) if length else b''
+            headers: dict[str, list[str]] = {}
+            for name, value in self.headers.items():
+                headers.setdefault(name, []).append(value)
+            event = api_gateway_event(self.command, self.path, headers, body, source_ip=self.client_address[0])
+            try:
+                result = stack.api_handler(event, LocalLambdaContext('api', timeout_s=29.0))
+                status, out_headers, payload = _proxy_result(result)
+            except Exception:  # noqa: BLE001 - API Gateway turns a function failure into a 502
+                logger.exception('the api handler failed')
+                status, out_headers = 502, {'Content-Type': 'application/json'}
+                payload = error_body('internal_error', 'the function failed; see the server log')
+            self._send(status, out_headers, payload)
+
+        def _send(self, status: int, headers: Mapping[str, str], payload: bytes) -> None:
+            self.send_response(status)
+            for name, value in headers.items():
+                if name.lower() not in ('content-length', 'connection', 'transfer-encoding'):
+                    self.send_header(name, value)
+            self.send_header('Content-Length', str(len(payload)))
+            self.end_headers()
+            if self.command != 'HEAD':
+                self.wfile.write(payload)
+
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _dispatch  # noqa: N815
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature fixed by http.server
+            logger.debug('%s %s', self.address_string(), format % args)
+
+    return _Handler
+
+
+_TOO_LARGE = 'the request body is larger than the 10 MB API Gateway accepts; upload big files via POST /attachments'
+
+
+def _proxy_result(result: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+    status = int(result.get('statusCode', 200))
+    headers: dict[str, str] = {str(k): str(v) for k, v in (result.get('headers') or {}).items()}
+    for name, values in (result.get('multiValueHeaders') or {}).items():
+        if values:
+            headers[str(name)] = ', '.join(str(v) for v in values)
+    body = result.get('body') or ''
+    payload = base64.b64decode(body) if result.get('isBase64Encoded') else str(body).encode()
+    return status, headers, payload
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The stack
+# ---------------------------------------------------------------------------------------------------------------------
+class LocalStack:
+    """AWS (embedded moto or an endpoint), the background workers and the HTTP API, in this process.
+
+    Use as a context manager, or call `start()` / `stop()`. Environment variables it sets are restored by `stop()`.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = '127.0.0.1',
+        port: int | None = 8787,
+        config_file: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        http: bool = True,
+        workers: bool = True,
+        sweep_interval_s: float | None = 60.0,
+        poll_wait_s: int = 1,
+        visibility_timeout_s: int = 30,
+        api_handler: ApiHandler | None = None,
+        names: StackNames | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Configure (nothing starts yet).
+
+        Args:
+            host: Interface of the HTTP API.
+            port: Port of the HTTP API (0 or None: a free one).
+            config_file: The OM configuration file (`--config`), passed to the functions as OM_CONFIG_FILE.
+            config: Or the configuration document itself (OM_CONFIG).
+            http: Serve the HTTP API.
+            workers: Run the queue poller and the sweeper timer.
+            sweep_interval_s: Seconds between sweeper runs (None: never).
+            poll_wait_s: Long-poll wait of the queue poller (stop() takes up to this long).
+            visibility_timeout_s: The work queue's visibility timeout: how long a failed job waits for redelivery.
+            api_handler: The API function (default: `functions.api.handler.lambda_handler`).
+            names: Resource names.
+            env: Extra environment for the functions (e.g. OM_REQUEST_TIME_BUDGET_S).
+        """
+        self.host = host
+        self.port = port or 0
+        self.config_file = config_file
+        self.config = dict(config) if config is not None else None
+        self.http = http
+        self.workers = workers
+        self.sweep_interval_s = sweep_interval_s
+        self.poll_wait_s = poll_wait_s
+        self.visibility_timeout_s = visibility_timeout_s
+        self._api_handler = api_handler
+        self.names = names or StackNames()
+        self.extra_env = dict(env or {})
+        self.embedded = False
+        self.endpoint: str | None = None
+        self.queue_url = ''
+        self.queue_arn = ''
+        self.dlq_url = ''
+        self.state_machine_arn: str | None = None
+        self.region = 'us-east-1'
+        self._saved_env: dict[str, str | None] = {}
+        self._saved_moto_config: Any = None
+        self._moto: Any = None
+        self._httpd: ThreadingHTTPServer | None = None
+        self._threads: list[threading.Thread] = []
+        self._stopping = threading.Event()
+        self._busy = 0
+        self._busy_lock = threading.Lock()
+        self._clients: dict[str, Any] = {}
+        self.poller_errors: list[BaseException] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------------
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """`http://host:port` of the HTTP API."""
+        if self._httpd is None:
+            raise RuntimeError('the HTTP API is not running')
+        host, port = self._httpd.server_address[:2]
+        return f'http://{host!s}:{port}'
+
+    @property
+    def api_handler(self) -> ApiHandler:
+        """The API function's handler."""
+        if self._api_handler is None:
+            self._api_handler = handler_for('api')
+        return self._api_handler
+
+    def start(self) -> LocalStack:
+        """Start AWS (or connect), create resources, set the functions' environment, then workers and HTTP."""
+        try:
+            self._start_aws()
+            self._create_resources()
+            self._set_function_env()
+            from functions import _wiring
+
+            _wiring.reset()
+            _wiring.init()  # fail now on a bad config; load the tokenizer before the first request
+            if self.workers:
+                self._spawn('om-queue-poller', self._poll_queue)
+                if self.sweep_interval_s:
+                    self._spawn('om-sweeper', self._sweep_forever)
+            if self.http:
+                _ = self.api_handler  # import errors show at start, not on the first request
+                self._httpd = ThreadingHTTPServer((self.host, self.port), _http_handler_class(self))
+                self._httpd.daemon_threads = True
+                self._spawn('om-http', self._httpd.serve_forever)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop HTTP and workers, the embedded AWS, and restore the environment and moto's global config."""
+        self._stopping.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        for thread in self._threads:
+            thread.join(timeout=self.poll_wait_s + 30)
+        self._threads.clear()
+        if self.embedded:
+            unregister_in_process_function(self.names.reflection_function)
+            with suppress(Exception):
+                self._moto_api('/moto-api/reset', {})
+            if self._moto is not None:
+                self._moto.stop()
+                self._moto = None
+            if self._saved_moto_config is not None:
+                from moto.core.config import default_user_config
+
+                default_user_config.clear()  # type: ignore[attr-defined]
+                default_user_config.update(self._saved_moto_config)
+                self._saved_moto_config = None
+            self.embedded = False
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_env.clear()
+        self._clients.clear()
+        with suppress(Exception):
+            from functions import _wiring
+
+            _wiring.reset()
+
+    def _setenv(self, name: str, value: str | None) -> None:
+        if name not in self._saved_env:
+            self._saved_env[name] = os.environ.get(name)
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    # -- AWS ---------------------------------------------------------------------------------------------------------
+    def _start_aws(self) -> None:
+        self.region = os.environ.get('AWS_DEFAULT_REGION') or os.environ.get('AWS_REGION') or 'us-east-1'
+        self._setenv('AWS_DEFAULT_REGION', self.region)
+        # botocore ≥1.37 would put the account id in the host name, which emulators do not route.
+        self._setenv('AWS_ACCOUNT_ID_ENDPOINT_MODE', 'disabled')
+        self._setenv('POWERTOOLS_TRACE_DISABLED', os.environ.get('POWERTOOLS_TRACE_DISABLED', '1'))
+        external = os.environ.get('AWS_ENDPOINT_URL')
+        if external:
+            self.endpoint = external
+            for name, value in FAKE_CREDENTIALS.items():
+                if not os.environ.get(name) and not os.environ.get('AWS_PROFILE'):
+                    self._setenv(name, value)
+            return
+        from moto.core.config import default_user_config
+        from moto.server import ThreadedMotoServer
+
+        # The embedded server is always fake: never send real credentials (or a profile's) to it.
+        for name, value in FAKE_CREDENTIALS.items():
+            self._setenv(name, value)
+        self._setenv('AWS_PROFILE', None)
+        for service in ('DYNAMODB', 'S3', 'SQS', 'STEPFUNCTIONS', 'SFN', 'LAMBDA'):
+            self._setenv(f'AWS_ENDPOINT_URL_{service}', None)
+        logging.getLogger('werkzeug').setLevel(logging.WARNING)
+        self._saved_moto_config = copy.deepcopy(default_user_config)
+        self._moto = ThreadedMotoServer(ip_address='127.0.0.1', port=0, verbose=False)
+        self._moto.start()
+        self.embedded = True
+        host, port = self._moto.get_host_and_port()
+        self.endpoint = f'http://{host}:{port}'
+        self._setenv('AWS_ENDPOINT_URL', self.endpoint)
+        # moto's Step Functions interpreter calls Lambda at http://localhost:$MOTO_PORT.
+        self._setenv('MOTO_PORT', str(port))
+        self._moto_api(
+            '/moto-api/config',
+            {'stepfunctions': {'execute_state_machine': True}, 'lambda': {'use_docker': False}},
+        )
+        register_in_process_function(self.names.reflection_function, _reflection_task)
+
+    def _moto_api(self, path: str, body: dict[str, Any]) -> None:
+        request = urllib.request.Request(
+            f'{self.endpoint}{path}', data=json.dumps(body).encode(), method='POST', headers={'Content-Type': 'json'}
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - our own loopback server
+            response.read()
+
+    def client(self, service: str) -> Any:
+        """A boto3 client for the stack's endpoint (cached)."""
+        if service not in self._clients:
+            import boto3
+
+            self._clients[service] = boto3.client(service, region_name=self.region, endpoint_url=self.endpoint)
+        return self._clients[service]
+
+    def _create_resources(self) -> None:
+        from om_lib.adapters.dynamodb_schema import ensure_table
+
+        names = self.names
+        ensure_table(self.client('dynamodb'), names.table)
+        s3 = self.client('s3')
+        try:
+            s3.head_bucket(Bucket=names.bucket)
+        except s3.exceptions.ClientError:
+            if self.region == 'us-east-1':
+                s3.create_bucket(Bucket=names.bucket)
+            else:
+                s3.create_bucket(Bucket=names.bucket, CreateBucketConfiguration={'LocationConstraint': self.region})
+        sqs = self.client('sqs')
+        fifo = {'FifoQueue': 'true'}
+        self.dlq_url = sqs.create_queue(QueueName=names.dead_letter_queue, Attributes=fifo)['QueueUrl']
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=self.dlq_url, AttributeNames=['QueueArn'])['Attributes']['QueueArn']
+        redrive = json.dumps({'deadLetterTargetArn': dlq_arn, 'maxReceiveCount': 3})
+        attributes = {**fifo, 'RedrivePolicy': redrive, 'VisibilityTimeout': str(self.visibility_timeout_s)}
+        try:
+            self.queue_url = sqs.create_queue(QueueName=names.queue, Attributes=attributes)['QueueUrl']
+        except sqs.exceptions.QueueNameExists:
+            self.queue_url = sqs.get_queue_url(QueueName=names.queue)['QueueUrl']
+            sqs.set_queue_attributes(
+                QueueUrl=self.queue_url,
+                Attributes={'RedrivePolicy': redrive, 'VisibilityTimeout': attributes['VisibilityTimeout']},
+            )
+        self.queue_arn = sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=['QueueArn'])['Attributes'][
+            'QueueArn'
+        ]
+        if self.embedded:
+            self.state_machine_arn = self._create_state_machine()
+
+    def _create_state_machine(self) -> str:
+        account = '123456789012'
+        lam = self.client('lambda')
+        try:
+            function_arn = lam.get_function(FunctionName=self.names.reflection_function)['Configuration']['FunctionArn']
+        except lam.exceptions.ResourceNotFoundException:
+            # The code is never run (the in-process patch answers), but Lambda wants a zip.
+            iam = self.client('iam')
+            trust = {
+                'Version': '2012-10-17',
+                'Statement': [
+                    {'Effect': 'Allow', 'Principal': {'Service': 'lambda.amazonaws.com'}, 'Action': 'sts:AssumeRole'}
+                ],
+            }
+            try:
+                role_arn = iam.create_role(RoleName='om-reflection', AssumeRolePolicyDocument=json.dumps(trust))[
+                    'Role'
+                ]['Arn']
+            except iam.exceptions.EntityAlreadyExistsException:
+                role_arn = iam.get_role(RoleName='om-reflection')['Role']['Arn']
+            buffer = io.BytesIO()
+            with zipfile.ZipFile(buffer, 'w') as archive:
+                archive.writestr('handler.py', 'def lambda_handler(event, context):\n    return event\n')
+            function_arn = lam.create_function(
+                FunctionName=self.names.reflection_function,
+                Runtime='python3.12',
+                Role=role_arn,
+                Handler='functions.reflection.handler.lambda_handler',
+                Code={'ZipFile': buffer.getvalue()},
+                Timeout=900,
+            )['FunctionArn']
+        definition = ASL_PATH.read_text(encoding='utf-8').replace('${ReflectionFunctionArn}', function_arn)
+        sfn = self.client('stepfunctions')
+        role = f'arn:aws:iam::{account}:role/om-reflection-workflow'
+        for machine in sfn.list_state_machines()['stateMachines']:
+            if machine['name'] == self.names.state_machine:
+                sfn.update_state_machine(stateMachineArn=machine['stateMachineArn'], definition=definition)
+                return str(machine['stateMachineArn'])
+        created = sfn.create_state_machine(name=self.names.state_machine, definition=definition, roleArn=role)
+        return str(created['stateMachineArn'])
+
+    def _set_function_env(self) -> None:
+        env = {
+            'OM_TABLE_NAME': self.names.table,
+            'OM_BUCKET_NAME': self.names.bucket,
+            'OM_WORK_QUEUE_URL': self.queue_url,
+            'OM_REFLECTION_STATE_MACHINE_ARN': self.state_machine_arn,
+            # Local runs have no authorizer in front of them; deployed stacks default to IAM.
+            'OM_AUTH_MODE': 'none',
+            'OM_OFFLINE_FALLBACK': '1',
+        }
+        if self.config_file:
+            env['OM_CONFIG_FILE'] = str(Path(self.config_file).resolve())
+        elif self.config is not None:
+            env['OM_CONFIG'] = json.dumps(self.config)
+            env['OM_CONFIG_FILE'] = None  # type: ignore[assignment] - OM_CONFIG_FILE would win over OM_CONFIG
+        env.update(self.extra_env)
+        for name, value in env.items():
+            self._setenv(name, value)
+
+    # -- SQS → buffer worker -----------------------------------------------------------------------------------------
+    def _poll_queue(self) -> None:
+        sqs = self.client('sqs')
+        while not self._stopping.is_set():
+            try:
+                self.poll_once(sqs)
+            except Exception as exc:  # noqa: BLE001 - the poller must survive a hiccup, as Lambda's poller does
+                self.poller_errors.append(exc)
+                logger.exception('queue poller error')
+                self._stopping.wait(1.0)
+
+    def poll_once(self, sqs: Any = None) -> int:
+        """Receive one batch and run the buffer worker on it, as Lambda's SQS event source does. Returns its size."""
+        sqs = sqs or self.client('sqs')
+        response = sqs.receive_message(
+            QueueUrl=self.queue_url,
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=self.poll_wait_s,
+            AttributeNames=['All'],
+            MessageAttributeNames=['All'],
+        )
+        messages = response.get('Messages') or []
+        if not messages:
+            return 0
+        with self._busy_lock:
+            self._busy += 1
+        try:
+            event = {'Records': [self._sqs_record(m) for m in messages]}
+            try:
+                result = invoke_handler('buffer_worker', event, timeout_s=self.visibility_timeout_s)
+                failed = {item['itemIdentifier'] for item in (result or {}).get('batchItemFailures') or []}
+            except Exception as exc:  # noqa: BLE001 - a failed invocation: the whole batch is redelivered
+                logger.warning('buffer worker failed the whole batch (%s): %s', type(exc).__name__, exc)
+                failed = {m['MessageId'] for m in messages}
+            done = [m for m in messages if m['MessageId'] not in failed]
+            if done:
+                sqs.delete_message_batch(
+                    QueueUrl=self.queue_url,
+                    Entries=[{'Id': str(i), 'ReceiptHandle': m['ReceiptHandle']} for i, m in enumerate(done)],
+                )
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
+        return len(messages)
+
+    def _sqs_record(self, message: dict[str, Any]) -> dict[str, Any]:
+        attributes = {
+            name: {k[0].lower() + k[1:]: v for k, v in value.items()}
+            for name, value in (message.get('MessageAttributes') or {}).items()
+        }
+        return {
+            'messageId': message['MessageId'],
+            'receiptHandle': message['ReceiptHandle'],
+            'body': message['Body'],
+            'attributes': message.get('Attributes') or {},
+            'messageAttributes': attributes,
+            'md5OfBody': message.get('MD5OfBody', ''),
+            'eventSource': 'aws:sqs',
+            'eventSourceARN': self.queue_arn,
+            'awsRegion': self.region,
+        }
+
+    # -- the schedule → sweeper ---------------------------------------------------------------------------------------
+    def sweep_once(self) -> Any:
+        """Run the sweeper handler once with a scheduled event."""
+        now = datetime.now(UTC)
+        event = {
+            'version': '0',
+            'id': str(uuid.uuid4()),
+            'detail-type': 'Scheduled Event',
+            'source': 'aws.events',
+            'account': '123456789012',
+            'time': now.strftime('%Y-%m-%dT%H:%M:%SZ'),
+            'region': self.region,
+            'resources': [f'arn:aws:events:{self.region}:123456789012:rule/om-sweeper'],
+            'detail': {},
+        }
+        return invoke_handler('sweeper', event, timeout_s=300)
+
+    def _sweep_forever(self) -> None:
+        assert self.sweep_interval_s
+        while not self._stopping.wait(self.sweep_interval_s):
+            try:
+                self.sweep_once()
+            except AttributeError as exc:
+                logger.warning('sweeper disabled: %s', exc)  # MemoryEngine.sweep not available in this build
+                return
+            except Exception:  # noqa: BLE001 - a failed run is retried at the next tick, as the schedule would
+                logger.exception('sweeper run failed')
+
+    # -- waiting -----------------------------------------------------------------------------------------------------
+    def queue_depth(self, queue_url: str | None = None) -> int:
+        """Messages in the queue: visible, in flight and delayed."""
+        attrs = self.client('sqs').get_queue_attributes(
+            QueueUrl=queue_url or self.queue_url,
+            AttributeNames=[
+                'ApproximateNumberOfMessages',
+                'ApproximateNumberOfMessagesNotVisible',
+                'ApproximateNumberOfMessagesDelayed',
+            ],
+        )['Attributes']
+        return sum(int(v) for v in attrs.values())
+
+    def executions(self, status: str | None = None) -> list[dict[str, Any]]:
+        """Executions of the reflection workflow (newest first), optionally only those in `status`."""
+        if not self.state_machine_arn:
+            return []
+        sfn = self.client('stepfunctions')
+        pages = sfn.get_paginator('list_executions').paginate(
+            stateMachineArn=self.state_machine_arn, **({'statusFilter': status} if status else {})
+        )
+        return [execution for page in pages for execution in page['executions']]
+
+    def idle(self) -> bool:
+        """No job queued or in flight and no reflection running."""
+        with self._busy_lock:
+            busy = self._busy
+        return busy == 0 and self.queue_depth() == 0 and not self.executions('RUNNING')
+
+    def drain(self, timeout: float = 60.0, *, interval: float = 0.1) -> None:
+        """Wait until background work has settled (checked twice in a row); TimeoutError otherwise."""
+        deadline = time.monotonic() + timeout
+        quiet = 0
+        while quiet < 2:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f'background work did not settle within {timeout} s (queue depth {self.queue_depth()}, '
+                    f'running executions {len(self.executions("RUNNING"))})'
+                )
+            quiet = quiet + 1 if self.idle() else 0
+            time.sleep(interval)
+
+
+@contextmanager
+def running_stack(**options: Any) -> Iterator[LocalStack]:
+    """A started LocalStack for the duration of the block."""
+    stack = LocalStack(**options)
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
