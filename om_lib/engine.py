@@ -50,7 +50,7 @@ MAX_INLINE_ATTACHMENT_BYTES = 12 * 1024 * 1024
 # With observational memory off, the Actor gets the most recent messages (the seed's `lastMessages` default).
 LAST_MESSAGES_WHEN_DISABLED = 10
 # Below this much time left in a request, a due observation is handed to the worker instead of started.
-MIN_SYNC_OBSERVATION_S = 3.0
+MIN_SYNC_OBSERVATION_S = 1.0
 # A background job may use this long (the worker Lambda's own timeout is longer).
 WORKER_BUDGET_S = 600.0
 

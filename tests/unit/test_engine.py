@@ -349,7 +349,7 @@ def with_work(h: Harness):
 
 
 def test_observation_that_would_overrun_the_budget_is_deferred_to_the_worker():
-    h = Harness(config(), budget=2.0)
+    h = Harness(config(), budget=0.5)
     work = with_work(h)
     result = h.step(h.user(words(150), mid='m1'))
     failed = [p for p in result.parts if p['type'] == 'data-om-observation-failed']
