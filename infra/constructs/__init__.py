@@ -1,0 +1,24 @@
+"""The stack's building blocks, one construct per file (STYLE §12); `OmStack` only composes them."""
+
+from infra.constructs.gemini_secret import GeminiSecret
+from infra.constructs.memory_api import ApiAuth, MemoryApi
+from infra.constructs.memory_bucket import MemoryBucket
+from infra.constructs.memory_table import MemoryTable
+from infra.constructs.operational_alarms import OperationalAlarms
+from infra.constructs.reflection_workflow import ReflectionWorkflow
+from infra.constructs.service_function import ServiceFunction
+from infra.constructs.sweeper_schedule import SweeperSchedule
+from infra.constructs.work_queue import WorkQueue
+
+__all__ = [
+    'ApiAuth',
+    'GeminiSecret',
+    'MemoryApi',
+    'MemoryBucket',
+    'MemoryTable',
+    'OperationalAlarms',
+    'ReflectionWorkflow',
+    'ServiceFunction',
+    'SweeperSchedule',
+    'WorkQueue',
+]
