@@ -806,17 +806,15 @@ class MemoryEngine:
 
         def on_retry(info: refl.RetryInfo) -> None:
             parts.append(
-                om_parts.observation_failed(
-                    cycle_id=cycle.cycle_id,
-                    operation='reflection',
-                    failed_at=self.clock.now(),
-                    duration_ms=self._elapsed_ms(cycle),
-                    tokens_attempted=snapshot_tokens,
-                    error=info.error,
-                    record_id=leased.id,
-                    thread_id=thread_id,
-                    retrying=True,
+                self._failed_part(
+                    cycle,
+                    'reflection',
+                    snapshot_tokens,
+                    info.error,
+                    leased.id,
+                    thread_id,
                     reason='not_under_target',
+                    retrying=True,
                 )
             )
 
@@ -1024,11 +1022,12 @@ class MemoryEngine:
         cycle: _Cycle,
         operation: om_parts.OperationType,
         tokens: int,
-        exc: Exception,
+        exc: Exception | str,
         record_id: str,
         thread_id: str,
         *,
         reason: str | None = None,
+        retrying: bool = False,
     ) -> dict[str, Any]:
         if reason is None:
             reason = 'timeout' if isinstance(exc, DeadlineExceededError) else 'error'
@@ -1038,10 +1037,11 @@ class MemoryEngine:
             failed_at=self.clock.now(),
             duration_ms=self._elapsed_ms(cycle),
             tokens_attempted=tokens,
-            error=str(exc) or type(exc).__name__,
+            error=exc if isinstance(exc, str) else (str(exc) or type(exc).__name__),
             record_id=record_id,
             thread_id=thread_id,
             reason=reason,
+            retrying=retrying,
         )
 
 

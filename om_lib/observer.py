@@ -32,6 +32,7 @@ from om_lib.messages import (
     ToolCallPart,
     ToolResultPart,
 )
+from om_lib.tokens import strip_encrypted_content
 
 __all__ = [
     'DEFAULT_MAX_TOOL_RESULT_TOKENS',
@@ -68,8 +69,6 @@ TRUNCATION_NOTICE = (
     'Previous observations were truncated for context budget reasons.\n'
     'Only this view was shortened; the assistant itself still has its complete memory.\n\n'
 )
-_ENCRYPTED_CONTENT_KEY = 'encryptedContent'
-_ENCRYPTED_CONTENT_MAX_CHARS = 256
 _SYSTEM_REMINDER_OPEN = '<system-reminder>'
 _SYSTEM_REMINDER_CLOSE = '</system-reminder>'
 
@@ -401,26 +400,11 @@ def _attachment_ref(part: ImagePart | FilePart, index: int, kind: Literal['image
     return AttachmentRef(kind=kind, index=index, label=label, media_type=media_type, url=part.url, data=data)
 
 
-def _strip_encrypted_content(value: Any) -> Any:
-    """Replace long `encryptedContent` strings: opaque provider blobs only waste the Observer's budget."""
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, entry in value.items():
-            if key == _ENCRYPTED_CONTENT_KEY and isinstance(entry, str) and len(entry) > _ENCRYPTED_CONTENT_MAX_CHARS:
-                out[key] = f'[stripped encryptedContent: {len(entry)} characters]'
-            else:
-                out[key] = _strip_encrypted_content(entry)
-        return out
-    if isinstance(value, list | tuple):
-        return [_strip_encrypted_content(item) for item in value]
-    return value
-
-
 def _stringify(value: Any, *, indent: int | None) -> str:
     if isinstance(value, str):
         return value
     try:
-        return json.dumps(_strip_encrypted_content(value), indent=indent, ensure_ascii=False, default=str)
+        return json.dumps(strip_encrypted_content(value), indent=indent, ensure_ascii=False, default=str)
     except (TypeError, ValueError):
         return str(value)
 
