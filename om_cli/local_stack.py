@@ -472,8 +472,8 @@ class LocalStack:
         for name, value in FAKE_CREDENTIALS.items():
             self._setenv(name, value)
         self._setenv('AWS_PROFILE', None)
-        for service in ('DYNAMODB', 'S3', 'SQS', 'STEPFUNCTIONS', 'SFN', 'LAMBDA'):
-            self._setenv(f'AWS_ENDPOINT_URL_{service}', None)
+        # Per-service endpoints (e.g. AWS_ENDPOINT_URL_DYNAMODB=dynalite) still win over the embedded server
+        # (CONTRACT §3): boto3 reads them for every client, ours and the functions'.
         logging.getLogger('werkzeug').setLevel(logging.WARNING)
         self._saved_moto_config = copy.deepcopy(default_user_config)
         self._moto = ThreadedMotoServer(ip_address='127.0.0.1', port=0, verbose=False)
@@ -502,7 +502,9 @@ class LocalStack:
         if service not in self._clients:
             import boto3
 
-            self._clients[service] = boto3.client(service, region_name=self.region, endpoint_url=self.endpoint)
+            env_name = 'AWS_ENDPOINT_URL_' + {'stepfunctions': 'SFN'}.get(service, service.upper().replace('-', '_'))
+            endpoint = os.environ.get(env_name) or self.endpoint
+            self._clients[service] = boto3.client(service, region_name=self.region, endpoint_url=endpoint)
         return self._clients[service]
 
     def _create_resources(self) -> None:

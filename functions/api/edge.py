@@ -7,6 +7,8 @@ checked later by each route, once the body has been validated.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +32,12 @@ def refuse_early(event: Mapping[str, Any]) -> dict[str, Any] | None:
         return proxy_error(
             413, 'payload_too_large', f'the request body is over {MAX_BODY_BYTES} bytes; upload files via /attachments'
         )
+    if event.get('isBase64Encoded') and body:
+        # API Gateway base64-encodes bodies that are not valid text; JSON must be UTF-8 (RFC 8259).
+        try:
+            base64.b64decode(body, validate=True).decode('utf-8')
+        except (binascii.Error, UnicodeDecodeError):
+            return proxy_error(400, 'invalid_json', 'the request body is not UTF-8 encoded JSON')
     if event.get('path') in PUBLIC_PATHS:
         return None
     try:

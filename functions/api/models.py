@@ -8,7 +8,7 @@ what the engine would refuse, before anything is written.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -85,6 +85,10 @@ class ChatIn(_Model):
     def _one_input(self) -> ChatIn:
         if (self.message is None) == (self.content is None):
             raise ValueError('send exactly one of `message` or `content`')
+        if self.content is not None and not self.content.strip():
+            raise ValueError('`content` must not be empty: send the text the user typed')
+        if self.message is not None and not _has_content(self.message):
+            raise ValueError('the chat message has no content: send at least one non-empty part')
         if self.message is not None and self.message.role != 'user':
             raise ValueError("the chat message's role must be 'user'")
         return self
@@ -251,3 +255,9 @@ class ErrorOut(_Model):
 def message_json(message: Message) -> dict[str, Any]:
     """A message as answers show it (camelCase, no server-internal fields, no empty optionals)."""
     return message.model_dump(mode='json', by_alias=True, exclude_none=True, exclude=set(SERVER_FIELDS))
+
+
+def _has_content(message: MessageIn) -> bool:
+    """At least one part carries something for the Actor (non-blank text, a file, a tool result...)."""
+    domain = message.to_message(datetime.now(UTC))
+    return any(not isinstance(p, TextPart) or p.text.strip() for p in domain.parts)

@@ -193,6 +193,9 @@ class GeminiLanguageModel:
         client = self._get_client()
         config = self._config(sdk, model_id, request, timeout_s)
         contents = [_to_content(sdk, content) for content in request.contents]
+        if not any(content.parts for content in contents):
+            # The client refuses this before sending anything (a bare ValueError); say it in our own terms.
+            raise ModelRequestError(f'nothing to send to {model_id}: the request has no content', model=model_id)
         with _map_errors(sdk, model_id):
             response = client.models.generate_content(model=model_id, contents=contents, config=config)
         return _to_model_response(response, model_id)

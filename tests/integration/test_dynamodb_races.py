@@ -10,18 +10,12 @@ skips only when node/npm are unavailable or the install fails (no registry).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import socket
-import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from pathlib import Path
 
 import boto3
 import pytest
@@ -32,60 +26,15 @@ from om_lib.adapters.dynamodb_store import DynamoMemoryStore
 from om_lib.errors import VersionConflictError
 from om_lib.messages import Message
 from om_lib.records import Lease, OMRecord
+from tests.dynalite import ensure_dynalite, running_dynalite
 
-TOOLS = Path(__file__).resolve().parents[1] / 'tools'
-DYNALITE = TOOLS / 'node_modules' / 'dynalite' / 'cli.js'
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-
-
-def _ensure_dynalite() -> str:
-    node = shutil.which('node')
-    if node is None:
-        pytest.skip('dynalite race tests need node (Node.js 18+); install it to run them')
-    if not DYNALITE.exists():
-        npm = shutil.which('npm')
-        if npm is None:
-            pytest.skip('dynalite race tests need npm to install dynalite (npm ci --prefix tests/tools)')
-        result = subprocess.run(
-            [npm, 'ci', '--prefix', str(TOOLS), '--no-audit', '--no-fund'], capture_output=True, text=True, timeout=180
-        )
-        if result.returncode != 0 or not DYNALITE.exists():
-            pytest.skip(f'could not install dynalite (npm ci --prefix tests/tools): {result.stderr.strip()[-300:]}')
-    return node
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope='module')
 def dynalite_endpoint() -> Iterator[str]:
-    node = _ensure_dynalite()
-    port = _free_port()
-    proc = subprocess.Popen(
-        [node, str(DYNALITE), '--host', '127.0.0.1', '--port', str(port), '--createTableMs', '0'],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(('127.0.0.1', port), timeout=0.2):
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f'dynalite did not start: {proc.stderr.read().decode() if proc.stderr else ""}')
-            time.sleep(0.05)
-        yield f'http://127.0.0.1:{port}'
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        if proc.stderr:
-            proc.stderr.close()
+    with running_dynalite(ensure_dynalite()) as endpoint:
+        yield endpoint
 
 
 @pytest.fixture

@@ -1,0 +1,75 @@
+"""dynalite for the test suite: an offline DynamoDB whose single-item conditional writes are atomic (moto's are not).
+
+dynalite comes from `tests/tools` (`npm ci --prefix tests/tools`). `ensure_dynalite()` installs it when missing and
+skips the calling test only when node/npm are unavailable or the install fails (no registry); `running_dynalite()`
+starts it on a free loopback port for the duration of a block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+TOOLS = Path(__file__).resolve().parent / 'tools'
+DYNALITE = TOOLS / 'node_modules' / 'dynalite' / 'cli.js'
+
+
+def ensure_dynalite(purpose: str = 'dynalite race tests') -> str:
+    """The `node` executable, with dynalite installed in tests/tools; `pytest.skip` when that is impossible."""
+    node = shutil.which('node')
+    if node is None:
+        pytest.skip(f'{purpose} need node (Node.js 18+); install it to run them')
+    if not DYNALITE.exists():
+        npm = shutil.which('npm')
+        if npm is None:
+            pytest.skip(f'{purpose} need npm to install dynalite (npm ci --prefix tests/tools)')
+        result = subprocess.run(
+            [npm, 'ci', '--prefix', str(TOOLS), '--no-audit', '--no-fund'], capture_output=True, text=True, timeout=180
+        )
+        if result.returncode != 0 or not DYNALITE.exists():
+            pytest.skip(f'could not install dynalite (npm ci --prefix tests/tools): {result.stderr.strip()[-300:]}')
+    return node
+
+
+def free_port() -> int:
+    """A TCP port that was free on loopback a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def running_dynalite(node: str) -> Iterator[str]:
+    """dynalite on a free loopback port (in memory, tables active at once); yields its endpoint URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [node, str(DYNALITE), '--host', '127.0.0.1', '--port', str(port), '--createTableMs', '0'],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(('127.0.0.1', port), timeout=0.2):
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()  # so that reading its stderr cannot block
+                proc.wait(timeout=5)
+                raise RuntimeError(f'dynalite did not start: {proc.stderr.read().decode() if proc.stderr else ""}')
+            time.sleep(0.05)
+        yield f'http://127.0.0.1:{port}'
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if proc.stderr:
+            proc.stderr.close()
