@@ -25,6 +25,7 @@ from om_lib import parts as om_parts
 from om_lib import reflector as refl
 from om_lib.config import OMConfig, ResolvedOMConfig
 from om_lib.errors import (
+    ConfigError,
     DeadlineExceededError,
     InvalidInputError,
     ModelError,
@@ -43,6 +44,7 @@ from om_lib.work import BackgroundWork, Job
 logger = logging.getLogger(__name__)
 
 LEASE_TTL = timedelta(minutes=2)
+LEASE_MARGIN = timedelta(seconds=60)
 MAX_COMMIT_ATTEMPTS = 4
 UNOBSERVED_PAGE = 500
 # Gemini accepts inline request data up to about 20 MB; stay well inside it.
@@ -108,6 +110,10 @@ class MemoryEngine:
     ) -> None:
         self.config = config
         self.settings: ResolvedOMConfig = config.resolved()
+        if self.settings.enabled and self.settings.scope == 'resource':
+            # Resource scope needs cross-thread context, per-thread attribution and per-thread erase; until that
+            # lands, refusing it at start-up beats serving a memory that silently behaves like thread scope.
+            raise ConfigError("scope: 'resource' is not supported by this build yet; use scope: 'thread'")
         self.store = store
         self.router = router
         self.counter = counter
@@ -144,6 +150,24 @@ class MemoryEngine:
                 thread_id, resource_id, '', list(reversed(page.messages)), parts, None, list(appended.created_ids)
             )
 
+        try:
+            return self._after_append(resource_id, thread_id, appended, deadline, step_number, parts)
+        except Exception as exc:  # noqa: BLE001 - the input is saved: trouble goes into the 200 answer (CONTRACT §2)
+            logger.exception('memory update failed after the step was saved', extra={'thread_id': thread_id})
+            cycle = self._start_cycle()
+            parts.append(self._failed_part(cycle, 'observation', 0, exc, '', thread_id))
+            raw = [m for m in appended.messages if m.role != 'system']
+            return StepResult(thread_id, resource_id, '', raw, parts, None, list(appended.created_ids))
+
+    def _after_append(
+        self,
+        resource_id: str,
+        thread_id: str,
+        appended: Any,
+        deadline: float,
+        step_number: int,
+        parts: list[dict[str, Any]],
+    ) -> StepResult:
         thread = appended.thread
         if appended.record_included and appended.record is not None:
             record = appended.record
@@ -193,10 +217,11 @@ class MemoryEngine:
                     and not _has_pending_tool_call(unobserved)
                     and not _lease_active(record.observing, self.clock.now())
                 ):
-                    self.work.submit(Job('observe', resource_id, thread_id, record.key, 'threshold'))
-                    scheduled.append('observe')
-                if self._reflection_due(record):
-                    self.work.submit(Job('reflect', resource_id, thread_id, record.key, 'threshold'))
+                    if self._submit(Job('observe', resource_id, thread_id, record.key, 'threshold')):
+                        scheduled.append('observe')
+                if self._reflection_due(record) and self._submit(
+                    Job('reflect', resource_id, thread_id, record.key, 'threshold')
+                ):
                     scheduled.append('reflect')
         return TurnResult(saved=list(appended.messages), parts=[], scheduled=scheduled)
 
@@ -251,7 +276,8 @@ class MemoryEngine:
             key = self._key(item.resource_id, item.thread_id)
             record = self.store.get_record(key)
             cursor = record.cursor(item.thread_id) if record else 0
-            pending = self.store.list_messages(item.resource_id, item.thread_id, after_seq=cursor, limit=1).messages
+            newest = self.store.list_messages(item.resource_id, item.thread_id, limit=1, newest_first=True).messages
+            pending = bool(newest) and (newest[0].seq or 0) > cursor and not _has_pending_tool_call(newest)
             observing = record is not None and _lease_active(record.observing, now)
             submitted = False
             if pending and not observing:
@@ -262,9 +288,7 @@ class MemoryEngine:
                 submitted = True
             if not submitted and not observing:
                 self.store.clear_attention(item)
-        for job in jobs:
-            self.work.submit(job)
-        return jobs
+        return [job for job in jobs if self._submit(job)]
 
     # -- the reflection workflow (Step Functions: check → reflect → validate → commit; release on failure) --------
     def workflow_check(self, job: Job, owner: str) -> dict[str, Any]:
@@ -280,6 +304,8 @@ class MemoryEngine:
             lambda cur: (
                 cur.generation == generation and self._reflection_due(cur.model_copy(update={'reflecting': None}))
             ),
+            # The workflow's reflect task may run for the worker's whole budget.
+            deadline=self.clock.monotonic() + WORKER_BUDGET_S,
         )
         if leased is None:
             return {'due': False}
@@ -490,10 +516,18 @@ class MemoryEngine:
         raise VersionConflictError(record.key, current.version if current else None)
 
     def _take_lease(
-        self, record: OMRecord, attr: str, owner: str, still_needed: Callable[[OMRecord], bool]
+        self,
+        record: OMRecord,
+        attr: str,
+        owner: str,
+        still_needed: Callable[[OMRecord], bool],
+        *,
+        deadline: float | None = None,
     ) -> OMRecord | None:
         now = self.clock.now()
-        lease = Lease(owner=owner, expires_at=now + LEASE_TTL)
+        # A lease outlives the work it guards (its deadline) by a margin, so nobody takes over a live holder.
+        remaining = max(0.0, deadline - self.clock.monotonic()) if deadline is not None else 0.0
+        lease = Lease(owner=owner, expires_at=now + max(LEASE_TTL, timedelta(seconds=remaining) + LEASE_MARGIN))
 
         def take(current: OMRecord) -> OMRecord | None:
             held: Lease | None = getattr(current, attr)
@@ -504,6 +538,12 @@ class MemoryEngine:
             return current.model_copy(update={attr: lease})
 
         return self._commit(record, take)
+
+    def _release_lease_quietly(self, record: OMRecord, attr: str, owner: str) -> None:
+        try:
+            self._release_lease(record, attr, owner)
+        except Exception:  # noqa: BLE001 - the lease expires on its own; the original error is what matters
+            logger.exception('could not release a lease', extra={'key': record.key, 'lease': attr})
 
     def _release_lease(self, record: OMRecord, attr: str, owner: str, **extra: Any) -> OMRecord:
         def release(current: OMRecord) -> OMRecord | None:
@@ -544,7 +584,9 @@ class MemoryEngine:
         defer_to = self.work if can_defer else None
         if defer_to is not None and deadline - self.clock.monotonic() < MIN_SYNC_OBSERVATION_S:
             return self._defer_observation(record, thread, cycle, tokens, parts, 'no time left in this request'), thread
-        leased = self._take_lease(record, 'observing', cycle.cycle_id, lambda cur: cur.cursor(thread_id) < last_seq)
+        leased = self._take_lease(
+            record, 'observing', cycle.cycle_id, lambda cur: cur.cursor(thread_id) < last_seq, deadline=deadline
+        )
         if leased is None:
             # Another request is observing (or already did): keep going with the raw messages.
             return self.store.get_record(record.key) or record, thread
@@ -572,6 +614,10 @@ class MemoryEngine:
             logger.warning('observation failed', extra={'thread_id': thread_id, 'error': str(exc)})
             parts.append(self._failed_part(cycle, 'observation', tokens, exc, leased.id, thread_id))
             return self._release_lease(leased, 'observing', cycle.cycle_id), thread
+        except Exception:
+            # Anything else (e.g. reading an attachment back failed): free the record for others, then report.
+            self._release_lease_quietly(leased, 'observing', cycle.cycle_id)
+            raise
 
         observed_at = max(m.created_at for m in messages)
         new_text_block = parsed.observations.strip()
@@ -644,14 +690,12 @@ class MemoryEngine:
         parts: list[dict[str, Any]],
         why: str,
     ) -> OMRecord:
-        assert self.work is not None
-        self.work.submit(Job('observe', record.resource_id, thread.id, record.key, 'deferred'))
-        error = f'observation deferred to the background worker ({why})'
-        parts.append(
-            self._failed_part(
-                cycle, 'observation', tokens, DeadlineExceededError(error), record.id, thread.id, reason='deferred'
-            )
-        )
+        if self._submit(Job('observe', record.resource_id, thread.id, record.key, 'deferred')):
+            error, reason = f'observation deferred to the background worker ({why})', 'deferred'
+        else:
+            # Not queued either: the messages stay unobserved and a later step or the sweeper picks them up.
+            error, reason = f'observation postponed: {why}; the work queue is unavailable', 'error'
+        parts.append(self._failed_part(cycle, 'observation', tokens, error, record.id, thread.id, reason=reason))
         return record
 
     def _call_observer(
@@ -753,6 +797,17 @@ class MemoryEngine:
     # ------------------------------------------------------------------------------------------------------------
     # Reflection
     # ------------------------------------------------------------------------------------------------------------
+    def _submit(self, job: Job) -> bool:
+        """Hand a job to the background; best effort (the sweeper finds what a lost job left behind)."""
+        if self.work is None:
+            return False
+        try:
+            self.work.submit(job)
+        except Exception:  # noqa: BLE001 - a queue outage must not fail a request whose input is saved
+            logger.exception('could not submit background work', extra={'kind': job.kind, 'key': job.record_key})
+            return False
+        return True
+
     def _reflection_due(self, record: OMRecord) -> bool:
         return (
             record.observation_tokens > self.settings.observation_tokens
@@ -768,7 +823,7 @@ class MemoryEngine:
         if self.work is None:
             return self._maybe_reflect(record, thread_id, deadline, parts)
         if self._reflection_due(record):
-            self.work.submit(Job('reflect', record.resource_id, thread_id, record.key, 'threshold'))
+            self._submit(Job('reflect', record.resource_id, thread_id, record.key, 'threshold'))
         return record
 
     def _maybe_reflect(
@@ -786,6 +841,7 @@ class MemoryEngine:
             'reflecting',
             cycle.cycle_id,
             lambda cur: cur.generation == record.generation and cur.observation_tokens > threshold,
+            deadline=deadline,
         )
         if leased is None:
             return self.store.get_record(record.key) or record
@@ -939,7 +995,6 @@ class MemoryEngine:
                     'observation_tokens': tokens,
                     'groups': _reflection_groups(current, self._new_id()[:16], now),
                     'reflecting': None,
-                    'observing': None,
                     'buffered_reflection': None,
                     'buffered_reflection_tokens': None,
                     'buffered_reflection_input_tokens': None,
@@ -1049,6 +1104,8 @@ def _check_ids(resource_id: str, thread_id: str) -> None:
     for name, value in (('resourceId', resource_id), ('threadId', thread_id)):
         if not value or not value.strip():
             raise InvalidInputError(f'{name} is required and must not be empty')
+        if '/' in value:
+            raise InvalidInputError(f'{name} must not contain "/" (it separates key parts)')
         if len(value) > 256:
             raise InvalidInputError(f'{name} is too long ({len(value)} characters; at most 256)')
 

@@ -10,6 +10,8 @@ Stored messages carry two server-owned fields a client can never set: `seq` (arr
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 from datetime import UTC, datetime
@@ -23,6 +25,17 @@ Role = Literal['user', 'assistant', 'system', 'tool']
 
 class _CamelModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra='forbid')
+
+
+def _check_base64(data: str | None, kind: str) -> None:
+    """Inline `data` must be base64 (optionally a `data:` URL); refused before anything is written."""
+    if not data:
+        return
+    payload = data.split(',', 1)[1] if data.startswith('data:') and ',' in data else data
+    try:
+        base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError(f'{kind} part `data` is not valid base64') from exc
 
 
 class TextPart(_CamelModel):
@@ -48,6 +61,7 @@ class ImagePart(_CamelModel):
     def _needs_source(self) -> ImagePart:
         if not self.url and not self.data:
             raise ValueError('an image part needs a `url` or base64 `data`')
+        _check_base64(self.data, 'image')
         return self
 
 
@@ -65,6 +79,7 @@ class FilePart(_CamelModel):
     def _needs_source(self) -> FilePart:
         if not self.url and not self.data:
             raise ValueError('a file part needs a `url` or base64 `data`')
+        _check_base64(self.data, 'file')
         return self
 
 

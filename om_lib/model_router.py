@@ -75,7 +75,7 @@ class ModelRouter:
         self._backoff_base_s = backoff_base_s
         self._backoff_cap_s = backoff_cap_s
         self._jitter = jitter
-        self._rng = rng or random.Random()
+        self._rng = rng or random.SystemRandom()
 
     def generate(self, spec: ModelSpec, request: ModelRequest, *, input_tokens: int, deadline: float) -> ModelResponse:
         """Get a usable answer for `request` from the model(s) `spec` names.

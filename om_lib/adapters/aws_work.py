@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -14,9 +13,6 @@ from om_lib.work import Job
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_stepfunctions import SFNClient
-
-# SQS FIFO de-duplicates identical ids for 5 minutes; jobs for the same record inside one window are the same work.
-DEDUP_WINDOW_S = 60
 
 
 class AwsBackgroundWork:
@@ -66,7 +62,8 @@ class AwsBackgroundWork:
         if self.queue_url.endswith('.fifo'):
             # One group per record: its jobs run in order, different records in parallel.
             params['MessageGroupId'] = job.record_key
-            window = int(time.time()) // DEDUP_WINDOW_S
-            params['MessageDeduplicationId'] = f'{job.dedup_key}:{window}'.replace('/', '_')[:128]
+            # A fresh id per job: FIFO de-duplication would drop a later job that covers newer messages, and jobs
+            # are idempotent anyway (the worker re-reads the record).
+            params['MessageDeduplicationId'] = uuid.uuid4().hex
         with aws_errors():
             self._client('sqs').send_message(**params)

@@ -291,7 +291,14 @@ def test_inline_attachment_data_moves_to_s3(store, aws):
 def test_invalid_base64_is_refused_before_anything_is_written(store, aws):
     ddb, s3 = aws
     part = {'type': 'file', 'mediaType': 'application/pdf', 'data': 'not base64!!'}
-    bad = Message.model_validate({'id': 'f', 'role': 'user', 'createdAt': T0.isoformat(), 'parts': [part]})
+    # The message model refuses it first (so the API answers 422 before the store is touched) ...
+    with pytest.raises(ValueError, match='base64'):
+        Message.model_validate({'id': 'f', 'role': 'user', 'createdAt': T0.isoformat(), 'parts': [part]})
+    # ... and the store refuses it too, should an unvalidated message ever reach it.
+    from om_lib.messages import FilePart
+
+    bad_part = FilePart.model_construct(type='file', media_type='application/pdf', data='not base64!!')
+    bad = Message.model_construct(id='f', role='user', created_at=T0, parts=(bad_part,))
     with pytest.raises(InvalidInputError):
         store.append_messages('r1', 't1', [bad], now=T0)
     assert bucket_keys(s3) == []

@@ -461,3 +461,99 @@ def test_sweeper_observes_quiet_threads_and_clears_done_ones():
     assert h.record(thread='quiet').cursor('quiet') == 1
     assert h.engine.sweep(quiet_for=timedelta(minutes=30)) == []
     assert h.store.list_attention(quiet_since=h.clock.now()) == []
+
+
+# -- review fixes: trouble after the save, leases, sweeper, ids ---------------------------------------------------
+
+
+class BrokenQueue:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def submit(self, job) -> None:
+        from om_lib.errors import StorageError
+
+        self.calls += 1
+        raise StorageError('queue unavailable')
+
+
+def test_a_broken_queue_never_turns_a_saved_step_into_an_error():
+    h = Harness(config(message_tokens=50, observation_tokens=40), budget=0.5)
+    queue = BrokenQueue()
+    h.engine.work = queue
+    result = h.step(h.user(words(80), mid='kept'))  # due, deferred, and the queue is down
+    assert queue.calls >= 1
+    assert [m.id for m in result.messages] == ['kept']
+    assert any(p['type'] == 'data-om-observation-failed' for p in result.parts)
+    assert [m.id for m in h.store.list_messages('r1', 't1').messages] == ['kept']
+
+
+def test_storage_trouble_after_the_save_is_reported_in_the_answer():
+    h = Harness(config())
+
+    def broken(*_a, **_k):
+        from om_lib.errors import StorageError
+
+        raise StorageError('throttled')
+
+    h.store.list_messages = broken  # the append works, the read after it fails
+    result = h.step(h.user('hello', mid='saved'))
+    assert [m.id for m in result.messages] == ['saved']
+    failed = [p for p in result.parts if p['type'] == 'data-om-observation-failed']
+    assert failed and 'throttled' in failed[0]['data']['error']
+
+
+def test_reflection_commit_keeps_a_running_observation_lease():
+    h = Harness(config(message_tokens=50, observation_tokens=40))
+    work = with_work(h)
+    long_obs = (
+        '<observations>\nDate: Jan 1, 2025\n'
+        + '\n'.join(f'* 🟡 (09:{i:02d}) User mentioned detail number {i}' for i in range(12))
+        + '\n</observations>'
+    )
+    h.model.script('observer', long_obs)
+    h.step(h.user(words(60)))
+    job = work.jobs[-1]
+    h.model.script('reflector', '<observations>\nDate: Jan 1, 2025\n* 🔴 (09:00) User plans a trip\n</observations>')
+    assert h.engine.workflow_check(job, 'exec')['due']
+    h.engine.workflow_reflect(job, 'exec')
+    h.engine.workflow_validate(job, 'exec')
+    record = h.record()
+    running = Lease(owner='a-step', expires_at=h.clock.now() + timedelta(minutes=1))
+    h.store.put_record(record.model_copy(update={'observing': running}), expected_version=record.version)
+    h.engine.workflow_commit(job, 'exec')
+    assert h.record().observing == running and h.record().generation == 1
+
+
+def test_sweeper_does_not_loop_on_a_tool_call_waiting_for_its_result():
+    h = Harness(config())
+    with_work(h)
+    call = Message.model_validate(
+        {
+            'id': 'call',
+            'role': 'assistant',
+            'createdAt': h.clock.now().isoformat(),
+            'parts': [{'type': 'tool-call', 'toolCallId': 'c1', 'toolName': 'search', 'args': {}}],
+        }
+    )
+    h.step(h.user('look this up'))
+    h.engine.complete_turn('r1', 't1', [call])
+    h.clock.advance(timedelta(hours=1))
+    assert h.engine.sweep() == []
+    assert h.store.list_attention(quiet_since=h.clock.now()) == []
+
+
+def test_ids_with_a_slash_are_refused_before_anything_is_written():
+    from om_lib.errors import InvalidInputError
+
+    h = Harness(config())
+    with pytest.raises(InvalidInputError, match='/'):
+        h.engine.prepare_step('a/b', 'c', [h.user('hi')])
+    assert h.store.get_thread('a/b', 'c') is None
+
+
+def test_resource_scope_is_refused_at_start_up_until_supported():
+    from om_lib.errors import ConfigError
+
+    with pytest.raises(ConfigError, match='resource'):
+        Harness({'model': 'default', 'scope': 'resource'})
