@@ -70,7 +70,14 @@ def create_attachment(body: Annotated[AttachmentIn, Body()]):
     expires_at = datetime.now(UTC) + UPLOAD_URL_TTL
     upload_url = s3_client().generate_presigned_url(
         'put_object',
-        Params={'Bucket': bucket, 'Key': key, 'ContentType': body.media_type},
+        # Content-Length is signed, so the declared (size-checked) size is the size S3 accepts; SSE is enforced too.
+        Params={
+            'Bucket': bucket,
+            'Key': key,
+            'ContentType': body.media_type,
+            'ContentLength': body.size,
+            'ServerSideEncryption': 'AES256',
+        },
         ExpiresIn=int(UPLOAD_URL_TTL.total_seconds()),
     )
     logger.info('attachment presigned', extra={'thread_id': body.thread_id, 'size': body.size})
