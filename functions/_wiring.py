@@ -8,6 +8,8 @@ do the heavy work during Lambda init so SnapStart snapshots it.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from functools import lru_cache
 from typing import Literal
 
@@ -69,14 +71,41 @@ def background_work():  # noqa: ANN201 - AwsBackgroundWork
     return AwsBackgroundWork(queue_url=s.OM_WORK_QUEUE_URL, state_machine_arn=s.OM_REFLECTION_STATE_MACHINE_ARN)
 
 
-def _gemini_api_key() -> str | None:
-    s = settings()
-    if s.OM_GEMINI_SECRET_ARN:
-        from aws_lambda_powertools.utilities import parameters
+class SecretKey:
+    """The Gemini key from Secrets Manager, re-read at most every `ttl_s` seconds and after a SnapStart restore.
 
-        secret = parameters.get_secret(s.OM_GEMINI_SECRET_ARN, max_age=300)
-        return secret if isinstance(secret, str) else secret.decode()
-    return os.environ.get('GEMINI_API_KEY') or os.environ.get('GOOGLE_API_KEY')
+    Wall-clock time, not monotonic: after a restore the snapshot's timestamps are old, so the first call re-reads.
+    The first read happens on the first model call, never during a snapshotted init (the stack's placeholder would
+    otherwise be frozen into every restored instance).
+    """
+
+    def __init__(self, secret_arn: str, *, ttl_s: float = 300.0) -> None:
+        self.secret_arn = secret_arn
+        self.ttl_s = ttl_s
+        self._value: str | None = None
+        self._read_at = 0.0
+        self._lock = threading.Lock()
+        try:  # only inside the Lambda Python runtime with SnapStart
+            from snapshot_restore_py import register_after_restore  # type: ignore[import-not-found]
+
+            register_after_restore(self.invalidate)
+        except ImportError:
+            pass
+
+    def invalidate(self) -> None:
+        """Forget the cached value (the next call re-reads the secret)."""
+        with self._lock:
+            self._read_at = 0.0
+
+    def __call__(self) -> str | None:
+        with self._lock:
+            if self._value is None or time.time() - self._read_at > self.ttl_s:
+                import boto3
+
+                secret = boto3.client('secretsmanager').get_secret_value(SecretId=self.secret_arn)
+                self._value = secret['SecretString'] if 'SecretString' in secret else secret['SecretBinary'].decode()
+                self._read_at = time.time()
+            return self._value
 
 
 @lru_cache(maxsize=1)
@@ -85,23 +114,25 @@ def providers() -> dict:
     from om_lib.offline_model import STARTUP_NOTICE, OfflineLanguageModel
 
     offline = OfflineLanguageModel()
-    key = _gemini_api_key()
+    s = settings()
+    secret = SecretKey(s.OM_GEMINI_SECRET_ARN) if s.OM_GEMINI_SECRET_ARN else None
+    key = os.environ.get('GEMINI_API_KEY') or os.environ.get('GOOGLE_API_KEY')
     base_url = os.environ.get('GOOGLE_GEMINI_BASE_URL') or None
-    if not key and not base_url and settings().OM_OFFLINE_FALLBACK:
+    if secret is None and not key and not base_url and s.OM_OFFLINE_FALLBACK:
         import logging
 
         logging.getLogger(__name__).warning(STARTUP_NOTICE)
         return {'google': offline, 'offline': offline}
     from om_lib.adapters.gemini_model import GeminiLanguageModel
 
-    return {'google': GeminiLanguageModel(api_key=key or None, base_url=base_url), 'offline': offline}
+    gemini = GeminiLanguageModel(api_key=key or None, base_url=base_url, api_key_provider=secret)
+    return {'google': gemini, 'offline': offline}
 
 
 @lru_cache(maxsize=1)
 def engine() -> MemoryEngine:
     """The memory engine over the store, the model router, the o200k counter and the background work."""
     from om_lib.adapters.s3_blobs import S3BlobReader
-    from om_lib.adapters.tiktoken_counter import get_tokenizer
     from om_lib.clock import SystemClock
     from om_lib.model_router import ModelRouter
     from om_lib.tokens import TokenCounter
@@ -112,7 +143,7 @@ def engine() -> MemoryEngine:
         config(),
         store=store(),
         router=ModelRouter(providers(), clock=clock),
-        counter=TokenCounter(get_tokenizer()),
+        counter=TokenCounter(_LazyTokenizer()),
         clock=clock,
         blobs=S3BlobReader(s.OM_BUCKET_NAME),
         time_budget_s=s.OM_REQUEST_TIME_BUDGET_S,
@@ -120,13 +151,56 @@ def engine() -> MemoryEngine:
     )
 
 
-def init() -> None:
-    """Do the expensive setup now (Lambda init, so SnapStart snapshots it): config, tokenizer, clients."""
-    from om_lib.adapters.tiktoken_counter import preload
+class _LazyTokenizer:
+    """The process's o200k tokenizer (`get_tokenizer()`), loaded on its first count instead of when the engine is built.
 
+    Building the encoding costs ~0.5 s; the sweeper and the reflection workflow's `check` never count a token, so they
+    no longer pay it. Same `version`, same counts: only the moment of loading moves (`init()` can still preload it).
+    """
+
+    version = 'o200k_base'  # TiktokenTokenizer.version, without importing tiktoken here
+
+    def count(self, text: str) -> int:
+        from om_lib.adapters.tiktoken_counter import get_tokenizer
+
+        return get_tokenizer().count(text)
+
+
+def snapshotting() -> bool:
+    """Is this a SnapStart (or provisioned-concurrency) init? Then work done now is on no request's path.
+
+    Lambda sets AWS_LAMBDA_INITIALIZATION_TYPE to `on-demand`, `provisioned-concurrency` or `snap-start`.
+    """
+    return os.environ.get('AWS_LAMBDA_INITIALIZATION_TYPE') in ('snap-start', 'provisioned-concurrency')
+
+
+def _warm_models() -> None:
+    """Import google-genai and build the Gemini client now (no request is sent: no connection to go stale)."""
+    from om_lib.adapters.gemini_model import GeminiLanguageModel
+
+    for model in providers().values():
+        if isinstance(model, GeminiLanguageModel):
+            model.warm_up()
+
+
+def init(*, tokenizer: bool | None = True, models: bool | None = None) -> None:
+    """Do the expensive setup during Lambda init: config, the engine and its clients, the tokenizer, the model SDK.
+
+    With SnapStart the init runs once, at version publish, and is snapshotted: everything built here costs no request
+    anything. `tokenizer` / `models` say what to warm: True always, False never (built on first use), None only when
+    `snapshotting()` (in an on-demand cold start that cost would just move from the first request to the init, or be
+    paid by a request that never needed it). The default keeps the API's init as it was, plus the model SDK when
+    snapshotted.
+    """
     config()
-    preload()
     engine()
+    warm_all = snapshotting()
+    if tokenizer or (tokenizer is None and warm_all):
+        from om_lib.adapters.tiktoken_counter import preload
+
+        preload()
+    if models or (models is None and warm_all):
+        _warm_models()
 
 
 def reset() -> None:

@@ -81,7 +81,8 @@ QUEUE_VISIBILITY_FACTOR: Final = 6
 QUEUE_MAX_RECEIVES: Final = 5
 QUEUE_RETENTION_DAYS: Final = 4
 DLQ_RETENTION_DAYS: Final = 14
-QUEUE_BATCH_SIZE: Final = 5
+# One job per invocation: each job gets the invocation's whole time, and a slow one delays no other record.
+QUEUE_BATCH_SIZE: Final = 1
 QUEUE_MAX_CONCURRENCY: Final = 10
 
 # ---- Bucket ----------------------------------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ succeeds with nothing to do. Jobs are idempotent (run_job re-reads the record), 
 from __future__ import annotations
 
 import json
+import os
+import time
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
@@ -28,6 +30,19 @@ processor.raise_on_entire_batch_failure = False
 _RETRY_REASONS = frozenset({'error', 'timeout'})
 
 
+# Lambda init, snapshotted by SnapStart: the engine, its clients and the tokenizer (every job counts tokens), and the
+# model SDK when snapshotted (on demand it loads on the first model call). Only inside Lambda: importing this module in
+# a test or a tool must work without the service's environment.
+if os.environ.get('AWS_LAMBDA_FUNCTION_NAME'):
+    try:
+        _wiring.init()
+    except Exception:  # the first request retries the setup and fails with the error then
+        logger.exception('init failed')
+
+
+DEADLINE_MARGIN_S = 15.0
+
+
 class MalformedJobError(ValueError):
     """The message body is not a Job; it fails until the queue moves it to the dead-letter queue."""
 
@@ -39,14 +54,19 @@ class JobIncompleteError(OMError):
     code = 'job_incomplete'
 
 
-def record_handler(record: SQSRecord) -> None:
+def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = None) -> None:
+    # The job's deadline is what the invocation has left (minus a margin to report partial failures), so a slow model
+    # never times out the whole batch and takes finished records down with it.
+    deadline = None
+    if lambda_context is not None:
+        deadline = time.monotonic() + max(1.0, lambda_context.get_remaining_time_in_millis() / 1000 - DEADLINE_MARGIN_S)
     try:
         job = Job.from_json(json.loads(record.body))
     except (ValueError, KeyError, TypeError) as exc:
         logger.error('malformed job', message_id=record.message_id, error=str(exc))
         raise MalformedJobError(f'message {record.message_id} is not a job: {exc}') from exc
     try:
-        parts = _wiring.engine().run_job(job)
+        parts = _wiring.engine().run_job(job, deadline=deadline)
     except (ThreadNotFoundError, ErasedError):
         logger.info('thread is gone; nothing to do', record_key=job.record_key, kind=job.kind)
         return

@@ -6,6 +6,7 @@ Retry/Catch match on (ModelUnavailableError is retried, ReflectionRejectedError 
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -15,6 +16,16 @@ from functions._observability import logger
 from om_lib.work import Job
 
 TASKS = frozenset({'check', 'reflect', 'validate', 'commit', 'release'})
+
+
+# Lambda init, snapshotted by SnapStart: the engine and its clients; the tokenizer and the model SDK only when
+# snapshotted (on demand they load on first use: `check`, every execution's first task, needs neither). Only inside
+# Lambda: importing this module in a test or a tool must work without the service's environment.
+if os.environ.get('AWS_LAMBDA_FUNCTION_NAME'):
+    try:
+        _wiring.init(tokenizer=None)
+    except Exception:  # the first request retries the setup and fails with the error then
+        logger.exception('init failed')
 
 
 @logger.inject_lambda_context

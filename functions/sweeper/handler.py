@@ -6,12 +6,22 @@ dead-letter queue, or a lease left by a crashed holder gets picked up here.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _wiring
 from functions._observability import logger
+
+# Lambda init, snapshotted by SnapStart: the engine and its clients only (a sweep reads records and queues jobs; it
+# never counts a token or calls a model). Only inside Lambda: importing this module in a test or a tool must work
+# without the service's environment.
+if os.environ.get('AWS_LAMBDA_FUNCTION_NAME'):
+    try:
+        _wiring.init(tokenizer=False, models=False)
+    except Exception:  # the first request retries the setup and fails with the error then
+        logger.exception('init failed')
 
 
 @logger.inject_lambda_context

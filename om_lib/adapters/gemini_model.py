@@ -12,7 +12,7 @@ import importlib
 import logging
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -166,19 +166,31 @@ class GeminiLanguageModel:
         api_key: str | None = None,
         base_url: str | None = None,
         client: genai.Client | None = None,
+        api_key_provider: Callable[[], str | None] | None = None,
     ) -> None:
         """Create the adapter; the client is built on the first `generate` and then reused.
 
         Args:
             api_key: Gemini API key. None lets the client read `GOOGLE_API_KEY` / `GEMINI_API_KEY`.
+            api_key_provider: Asked for the key on every call instead (e.g. a cached Secrets Manager read); the
+                client is rebuilt when the key changes, so a rotated key (or the real key stored after a deploy that
+                snapshotted a placeholder) is picked up without a new version.
             base_url: API root (a gateway or a test double). None lets the client read `GOOGLE_GEMINI_BASE_URL`,
                 falling back to Google's endpoint.
             client: A ready client to use instead (tests, custom transports). Its retry settings are the caller's.
         """
         self._api_key = api_key
+        self._api_key_provider = api_key_provider
         self._base_url = base_url
         self._client = client
         self._lock = threading.Lock()
+
+    def warm_up(self) -> None:
+        """Import google-genai now (Lambda init / SnapStart snapshots it); sends no request and reads no key.
+
+        The client itself is built on the first call, with the key current at that moment.
+        """
+        _sdk()
 
     def generate(self, model_id: str, request: ModelRequest, *, timeout_s: float) -> ModelResponse:
         """Run one generateContent request: one attempt, no client retries, at most `timeout_s` seconds.
@@ -202,7 +214,11 @@ class GeminiLanguageModel:
 
     def _get_client(self) -> genai.Client:
         # Warm Lambda invocations reuse the client (and its connection pool); the lock keeps threads from racing.
+        key = self._api_key_provider() if self._api_key_provider is not None else self._api_key
         with self._lock:
+            if self._client is not None and key != self._api_key:
+                self._client = None  # the key changed (rotation, or a placeholder replaced): new client
+            self._api_key = key
             if self._client is None:
                 sdk = _sdk()
                 http_options = sdk.types.HttpOptions(

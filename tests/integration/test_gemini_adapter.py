@@ -285,3 +285,13 @@ def test_fake_gemini_embeddings_are_deterministic(server: FakeGemini) -> None:
 def test_importing_the_adapter_does_not_import_google_genai() -> None:
     code = 'import sys, om_lib.adapters.gemini_model, om_lib.model_router; sys.exit("google.genai" in sys.modules)'
     assert subprocess.run([sys.executable, '-c', code], check=False).returncode == 0
+
+
+def test_gemini_adapter_rebuilds_its_client_when_the_key_changes(server: FakeGemini) -> None:
+    # A placeholder key snapshotted at deploy, then the real one stored: the next call must use the new key.
+    keys = iter(['placeholder', 'placeholder', 'real-key'])
+    model = GeminiLanguageModel(base_url=server.url, api_key_provider=lambda: next(keys))
+    model.generate('gemini-2.5-flash', request(), timeout_s=5)
+    model.generate('gemini-2.5-flash', request(), timeout_s=5)
+    model.generate('gemini-2.5-flash', request(), timeout_s=5)
+    assert [r.api_key for r in server.requests] == ['placeholder', 'placeholder', 'real-key']
