@@ -24,7 +24,9 @@ edge.install_not_found(app)
 if os.environ.get('AWS_LAMBDA_FUNCTION_NAME'):
     try:
         _wiring.init()
-        meta.openapi_document()
+        if _wiring.snapshotting():
+            # Only /openapi.json needs it; build it now only when the init is snapshotted (free for requests).
+            meta.openapi_document()
     except Exception:  # the first request retries the setup and answers with the error then
         logger.exception('init failed')
 
