@@ -59,6 +59,11 @@ FAKE_CREDENTIALS = {
 ApiHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 
+# The deployed buffer worker's timeout (infra/constants.py; a test keeps the two equal). A job's deadline is what is
+# left of it, so the local worker must not be given less than the deployed one.
+BUFFER_WORKER_TIMEOUT_S: float = 600.0
+
+
 @dataclass(frozen=True)
 class StackNames:
     """Names of the AWS resources the local stack uses (and creates when missing)."""
@@ -306,6 +311,7 @@ class LocalStack:
         sweep_interval_s: float | None = 60.0,
         poll_wait_s: int = 1,
         visibility_timeout_s: int = 30,
+        worker_timeout_s: float = BUFFER_WORKER_TIMEOUT_S,
         api_handler: ApiHandler | None = None,
         names: StackNames | None = None,
         env: Mapping[str, str] | None = None,
@@ -322,6 +328,7 @@ class LocalStack:
             sweep_interval_s: Seconds between sweeper runs (None: never).
             poll_wait_s: Long-poll wait of the queue poller (stop() takes up to this long).
             visibility_timeout_s: The work queue's visibility timeout: how long a failed job waits for redelivery.
+            worker_timeout_s: The buffer worker's invocation timeout (its jobs get what is left of it, as deployed).
             api_handler: The API function (default: `functions.api.handler.lambda_handler`).
             names: Resource names.
             env: Extra environment for the functions (e.g. OM_REQUEST_TIME_BUDGET_S).
@@ -335,6 +342,7 @@ class LocalStack:
         self.sweep_interval_s = sweep_interval_s
         self.poll_wait_s = poll_wait_s
         self.visibility_timeout_s = visibility_timeout_s
+        self.worker_timeout_s = worker_timeout_s
         self._api_handler = api_handler
         self.names = names or StackNames()
         self.extra_env = dict(env or {})
@@ -629,7 +637,7 @@ class LocalStack:
         try:
             event = {'Records': [self._sqs_record(m) for m in messages]}
             try:
-                result = invoke_handler('buffer_worker', event, timeout_s=self.visibility_timeout_s)
+                result = invoke_handler('buffer_worker', event, timeout_s=self.worker_timeout_s)
                 failed = {item['itemIdentifier'] for item in (result or {}).get('batchItemFailures') or []}
             except Exception as exc:  # noqa: BLE001 - a failed invocation: the whole batch is redelivered
                 logger.warning('buffer worker failed the whole batch (%s): %s', type(exc).__name__, exc)

@@ -11,8 +11,12 @@ message (same id: the retry does not save it twice). When the reply cannot be sa
 `data-om-reply-unsaved` part; sending it to `/turns` under its id saves it. Errors before anything is written
 (an invalid message, another resource's thread, a conflicting id) raise as usual.
 
-Tools: `tools` are declared to the Actor as given. This service does not run tools yet; a function call the model
-asks for comes back as a `tool-call` part of the reply, for the client to run and send to `/turns`.
+Tools: `tools` are declared to the Actor as given. With `retrieval` on, the `recall` tool is offered too and run here:
+when the Actor answers with recall calls only, they are run (an invalid call becomes an `{error}` result the model
+can correct), the results are sent back, and the Actor is asked again, for at most `MAX_TOOL_ROUNDS` rounds. Each
+round is saved as messages of the turn (an assistant message with the `tool-call` parts, then a `tool` message with
+the `tool-result` parts) before the final reply. Any other function call comes back as a `tool-call` part of the
+reply, for the client to run and send to `/turns`.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from om_lib.engine import MemoryEngine
-from om_lib.errors import ModelError, OMError
+from om_lib.errors import InvalidInputError, ModelError, OMError
 from om_lib.llm import (
     Content,
     ContentPart,
@@ -38,6 +42,7 @@ from om_lib.llm import (
     ModelResponse,
 )
 from om_lib.messages import FilePart, ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
+from om_lib.recall import RecallRequest, recall, recall_tool
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +58,8 @@ ACTOR_SYSTEM_PROMPT = (
 MIN_ACTOR_S = 8.0
 # Attachments inlined into the Actor's request, per attachment.
 MAX_INLINE_BYTES = 12 * 1024 * 1024
+# Rounds of recall calls run for one chat turn; a model still asking after that gets an answer without them.
+MAX_TOOL_ROUNDS = 4
 
 
 @dataclass
@@ -100,7 +107,7 @@ class ChatService:
             resource_id: The owner of the thread.
             thread_id: The thread (created on first use).
             message: The user's message (with its final id and time).
-            tools: Function declarations exposed to the Actor (none are run by this service).
+            tools: Function declarations exposed to the Actor (run by the client; only `recall` is run here).
             step_number: The step's number, echoed in the status part.
 
         Returns:
@@ -114,38 +121,100 @@ class ChatService:
         step = engine.prepare_step(resource_id, thread_id, [message], step_number=step_number)
         parts = list(step.parts)
         system = self.system_prompt + ('\n\n' + step.system if step.system.strip() else '')
-        request = ModelRequest(
-            purpose='actor',
-            system=system,
-            contents=tuple(self._contents(step.messages, resource_id)),
-            tools=tuple(tools),
-            source_messages=tuple(step.messages),
-        )
-        input_tokens = engine.counter.count_messages(step.messages) + engine.counter.count_string(system)
+        retrieval = engine.settings.retrieval
+        recall_scope = retrieval.scope if retrieval is not None else 'thread'
+        offered = list(tools)
+        if retrieval is not None and not any(t.name == 'recall' for t in offered):
+            offered.append(recall_tool(recall_scope))
         deadline = max(started + engine.time_budget_s, engine.clock.monotonic() + MIN_ACTOR_S)
-        try:
-            response = engine.router.generate(
-                engine.settings.actor_model, request, input_tokens=input_tokens, deadline=deadline
+        turn_messages: list[Message] = []  # the tool rounds of this turn, saved before the reply
+        actor_calls = 0
+        while True:
+            history = [*step.messages, *turn_messages]
+            request = ModelRequest(
+                purpose='actor',
+                system=system,
+                contents=tuple(self._contents(history, resource_id)),
+                tools=tuple(offered),
+                source_messages=tuple(history),
             )
-        except ModelError as exc:
-            logger.warning('actor failed', extra={'thread_id': thread_id, 'error': exc.code})
-            parts.append(_actor_failed(exc))
-            return ChatResult(None, parts, list(step.saved_ids), actor_calls=1)
+            input_tokens = engine.counter.count_messages(history) + engine.counter.count_string(system)
+            actor_calls += 1
+            try:
+                response = engine.router.generate(
+                    engine.settings.actor_model, request, input_tokens=input_tokens, deadline=deadline
+                )
+            except ModelError as exc:
+                # The tool rounds are not saved: a retry of the same message runs them again.
+                logger.warning('actor failed', extra={'thread_id': thread_id, 'error': exc.code})
+                parts.append(_actor_failed(exc))
+                return ChatResult(None, parts, list(step.saved_ids), actor_calls=actor_calls)
+            calls = response.function_calls
+            runs_recall = retrieval is not None and bool(calls) and all(c.name == 'recall' for c in calls)
+            if not runs_recall:
+                break
+            if actor_calls > MAX_TOOL_ROUNDS:
+                # Still asking after every round was spent: keep its text, leave no unanswered call behind.
+                logger.warning('recall rounds exhausted', extra={'thread_id': thread_id, 'rounds': MAX_TOOL_ROUNDS})
+                response = ModelResponse(text=response.text, model=response.model, usage=response.usage)
+                break
+            turn_messages.extend(self._recall_round(response, resource_id, thread_id, recall_scope))
 
         reply = self._reply(response)
         saved = list(step.saved_ids)
         try:
-            turn = engine.complete_turn(resource_id, thread_id, [reply])
+            turn = engine.complete_turn(resource_id, thread_id, [*turn_messages, reply])
         except OMError as exc:
             # The answer exists and the user's message is saved; losing the reply now would hide both.
             logger.warning('reply not saved', extra={'thread_id': thread_id, 'error': exc.code})
             parts.append({'type': 'data-om-reply-unsaved', 'data': {'error': exc.code, 'retryable': exc.retryable}})
-            return ChatResult(reply, parts, saved, actor_calls=1)
+            return ChatResult(reply, parts, saved, actor_calls=actor_calls)
         parts.extend(turn.parts)
         if turn.scheduled:
             parts.append({'type': 'data-om-scheduled', 'data': {'operations': list(turn.scheduled)}})
         stored = next((m for m in turn.saved if m.id == reply.id), reply)
-        return ChatResult(stored, parts, [*saved, reply.id], actor_calls=1)
+        return ChatResult(stored, parts, [*saved, *(m.id for m in turn_messages), reply.id], actor_calls=actor_calls)
+
+    # -- the recall tool --------------------------------------------------------------------------------------------
+    def _recall_round(
+        self, response: ModelResponse, resource_id: str, thread_id: str, scope: Literal['thread', 'resource']
+    ) -> list[Message]:
+        """Run the response's recall calls: the assistant tool-call message and the tool-result message."""
+        call_parts: list[TextPart | ToolCallPart] = [TextPart(text=response.text)] if response.text else []
+        result_parts: list[ToolResultPart] = []
+        for call in response.function_calls:
+            call_id = call.id or f'call_{uuid.uuid4().hex}'
+            call_parts.append(ToolCallPart(tool_call_id=call_id, tool_name=call.name, args=call.args))
+            result, failed = self._run_recall(call, resource_id, thread_id, scope)
+            result_parts.append(
+                ToolResultPart(tool_call_id=call_id, tool_name=call.name, result=result, is_error=failed)
+            )
+        now = self.engine.clock.now()
+        return [
+            Message(id=self._new_id(), role='assistant', created_at=now, parts=tuple(call_parts)),
+            Message(id=self._new_id(), role='tool', created_at=now, parts=tuple(result_parts)),
+        ]
+
+    def _run_recall(
+        self, call: FunctionCall, resource_id: str, thread_id: str, scope: Literal['thread', 'resource']
+    ) -> tuple[dict[str, Any], bool]:
+        """The tool's returns, or `{error}` (and True) for a call the model can correct or a failed read."""
+        try:
+            request = RecallRequest.from_args(call.args if isinstance(call.args, dict) else {})
+            result = recall(
+                self.engine.store,
+                self.engine.counter,
+                resource_id=resource_id,
+                current_thread_id=thread_id,
+                request=request,
+                scope=scope,
+            )
+            return result, False
+        except InvalidInputError as exc:
+            return {'error': str(exc)}, True
+        except OMError as exc:
+            logger.warning('recall failed', extra={'thread_id': thread_id, 'error': exc.code})
+            return {'error': 'recall could not read the history right now; answer without it or try again'}, True
 
     # -- request and reply ------------------------------------------------------------------------------------------
     def _reply(self, response: ModelResponse) -> Message:

@@ -46,6 +46,17 @@ class ThreadNotFoundError(NotFoundError):
         self.thread_id = thread_id
 
 
+class ThreadExistsError(StorageError):
+    """A thread with this id already exists (for this or another resource); nothing was written."""
+
+    code = 'thread_exists'
+    retryable = False
+
+    def __init__(self, thread_id: str) -> None:
+        super().__init__(f'thread {thread_id!r} already exists; choose another id or omit it to get a new one')
+        self.thread_id = thread_id
+
+
 class MessageConflictError(StorageError):
     """A message id is already stored with different content; nothing was written."""
 

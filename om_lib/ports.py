@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from om_lib.llm import ModelRequest, ModelResponse
 from om_lib.messages import Message
@@ -125,6 +125,37 @@ class MemoryStore(Protocol):
         stored with other content; in both cases nothing is written. A thread that was erased starts over as a new
         thread (its old OM record stays gone). `include_record=True` also returns the thread-scope OM head (see
         `AppendResult`).
+        """
+        ...
+
+    def create_thread(
+        self,
+        resource_id: str,
+        thread_id: str,
+        *,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        now: datetime,
+    ) -> Thread:
+        """Create an empty thread owned by `resource_id` with a title and metadata.
+
+        Raises ThreadExistsError when the id is taken by a live thread of any resource (nothing is written; a thread
+        of another resource still reads as missing everywhere else). An erased id may be created again (a new
+        incarnation, as with `append_messages`).
+        """
+        ...
+
+    def get_messages(self, resource_id: str, thread_id: str, ids: Sequence[str]) -> list[Message]:
+        """The stored messages with these ids, in `seq` order. Unknown ids are left out; another resource's thread
+        gives an empty list."""
+        ...
+
+    def delete_messages(self, resource_id: str, thread_id: str, message_ids: Sequence[str] | None) -> int:
+        """Delete messages by id (`None`: every message of the thread) and return how many were deleted.
+
+        Idempotent; unknown ids are ignored. The thread itself, its OM records and its other messages stay; the
+        deleted messages' `seq`s never hold a message again and never hold up an ordered read. Raises
+        ThreadNotFoundError when the thread does not exist or belongs to another resource.
         """
         ...
 

@@ -9,7 +9,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from om_lib.errors import ErasedError, MessageConflictError, ThreadNotFoundError, VersionConflictError
+from om_lib.errors import (
+    ErasedError,
+    MessageConflictError,
+    ThreadExistsError,
+    ThreadNotFoundError,
+    VersionConflictError,
+)
 from om_lib.messages import Message
 from om_lib.records import Lease, OMRecord
 
@@ -273,6 +279,86 @@ class StoreConformance:
         # A new thread is a new incarnation of the resource: its records may be created again.
         store.append_messages('r1', 't9', [msg('z')], now=T0)
         assert store.put_record(res, expected_version=None).version == 1
+
+    # -- added with threads and message history (issue 8) ----------------------------------------------------------
+    def test_create_thread_then_append_keeps_title_and_metadata(self, store):
+        created = store.create_thread('r1', 't1', title='Trip', metadata={'project': 'travel', 'n': 2}, now=T0)
+        assert (created.id, created.resource_id, created.title) == ('t1', 'r1', 'Trip')
+        assert created.created_at == T0 and created.metadata == {'project': 'travel', 'n': 2}
+        got = store.get_thread('r1', 't1')
+        assert got.title == 'Trip' and got.metadata == {'project': 'travel', 'n': 2} and got.created_at == T0
+        assert store.list_messages('r1', 't1').messages == ()
+        assert [t.id for t in store.list_threads('r1').threads] == ['t1']
+        later = T0 + timedelta(minutes=1)
+        result = store.append_messages('r1', 't1', [msg('a')], now=later)
+        assert result.created_ids == ('a',) and result.messages[0].seq == 1
+        got = store.get_thread('r1', 't1')
+        assert got.title == 'Trip' and got.created_at == T0 and got.metadata['project'] == 'travel'
+
+    def test_create_thread_refuses_a_taken_id_of_any_resource(self, store):
+        store.create_thread('r1', 't1', now=T0)
+        store.append_messages('r1', 't2', [msg('a')], now=T0)
+        for resource in ('r1', 'r2'):
+            for thread in ('t1', 't2'):
+                with pytest.raises(ThreadExistsError):
+                    store.create_thread(resource, thread, title='taken', now=T0)
+        assert store.get_thread('r2', 't1') is None and store.get_thread('r1', 't1').title is None
+        assert store.list_threads('r2').threads == ()
+
+    def test_create_thread_after_erase_starts_over(self, store):
+        store.append_messages('r1', 't1', [msg('a')], now=T0)
+        store.delete_thread('r1', 't1')
+        created = store.create_thread('r1', 't1', title='again', now=T0 + timedelta(hours=1))
+        assert created.title == 'again'
+        assert store.list_messages('r1', 't1').messages == ()
+        assert store.append_messages('r1', 't1', [msg('b')], now=T0).messages[0].seq == 1
+
+    def test_get_messages_by_id_in_seq_order(self, store):
+        store.append_messages('r1', 't1', [msg(f'm{i}', f'text {i}') for i in range(5)], now=T0)
+        got = store.get_messages('r1', 't1', ['m3', 'missing', 'm0', 'm3'])
+        assert [m.id for m in got] == ['m0', 'm3']
+        assert got[1].text() == 'text 3' and got[1].seq == 4
+        assert store.get_messages('r2', 't1', ['m0']) == []
+        assert store.get_messages('r1', 'nope', ['m0']) == []
+        assert store.get_messages('r1', 't1', []) == []
+
+    def test_delete_messages_by_id_is_idempotent_and_reads_skip_the_holes(self, store):
+        store.append_messages('r1', 't1', [msg(f'm{i}', f'text {i}') for i in range(6)], now=T0)
+        assert store.delete_messages('r1', 't1', ['m1', 'm3', 'unknown']) == 2
+        assert store.delete_messages('r1', 't1', ['m1', 'm3']) == 0
+        assert [m.id for m in store.list_messages('r1', 't1').messages] == ['m0', 'm2', 'm4', 'm5']
+        page = store.list_messages('r1', 't1', after_seq=1, limit=2)
+        assert [m.id for m in page.messages] == ['m2', 'm4'] and page.has_more
+        newest = store.list_messages('r1', 't1', limit=3, newest_first=True)
+        assert [m.id for m in newest.messages] == ['m5', 'm4', 'm2']
+        assert store.get_messages('r1', 't1', ['m1', 'm2']) == store.get_messages('r1', 't1', ['m2'])
+        # New messages keep counting up; a deleted id may be sent again as a new message.
+        again = store.append_messages('r1', 't1', [msg('m1', 'back'), msg('m6')], now=T0)
+        assert again.created_ids == ('m1', 'm6') and again.messages[0].seq > 6
+        assert [m.id for m in store.list_messages('r1', 't1').messages] == ['m0', 'm2', 'm4', 'm5', 'm1', 'm6']
+        assert store.get_thread('r1', 't1') is not None
+
+    def test_delete_all_messages_clears_the_thread_but_keeps_it(self, store):
+        store.append_messages('r1', 't1', [msg('a'), msg('b')], now=T0)
+        head = store.put_record(record(active_observations='kept'), expected_version=None)
+        assert store.delete_messages('r1', 't1', None) == 2
+        assert store.list_messages('r1', 't1').messages == ()
+        assert store.delete_messages('r1', 't1', None) == 0
+        assert store.get_thread('r1', 't1') is not None
+        assert store.get_record('thread:r1/t1') == head
+        later = store.append_messages('r1', 't1', [msg('c')], now=T0)
+        assert [m.id for m in store.list_messages('r1', 't1').messages] == ['c']
+        assert later.messages[0].seq == 3
+
+    def test_delete_messages_of_another_resource_is_not_found(self, store):
+        store.append_messages('r1', 't1', [msg('a')], now=T0)
+        with pytest.raises(ThreadNotFoundError):
+            store.delete_messages('r2', 't1', ['a'])
+        with pytest.raises(ThreadNotFoundError):
+            store.delete_messages('r2', 't1', None)
+        with pytest.raises(ThreadNotFoundError):
+            store.delete_messages('r1', 'missing', None)
+        assert [m.id for m in store.list_messages('r1', 't1').messages] == ['a']
 
 
 class AttentionConformance:

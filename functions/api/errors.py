@@ -62,6 +62,7 @@ _OM_ERRORS: tuple[tuple[type[om.OMError], int, str], ...] = (
     (om.ThreadNotFoundError, 404, 'thread_not_found'),
     (om.NotFoundError, 404, 'not_found'),
     (om.MessageConflictError, 409, 'message_conflict'),
+    (om.ThreadExistsError, 409, 'thread_exists'),
     (om.VersionConflictError, 409, 'version_conflict'),
     (om.ErasedError, 409, 'erased'),
     (om.InvalidInputError, 422, 'invalid_input'),

@@ -10,12 +10,14 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _wiring
 from functions._observability import logger, metrics
-from functions.api import attachments, edge, errors, meta, routes
+from functions.api import attachments, edge, errors, meta, recall_route, routes, threads
 
 app = APIGatewayRestResolver(enable_validation=True)
 app.include_router(routes.router)
+app.include_router(threads.router)
 app.include_router(attachments.router)
 app.include_router(meta.router)
+app.include_router(recall_route.router)
 errors.register(app)
 edge.install_not_found(app)
 

@@ -37,6 +37,7 @@ from functions.api.models import (
 from om_lib.chat import ChatService
 from om_lib.errors import ThreadNotFoundError
 from om_lib.messages import Message
+from om_lib.recall import step_tools
 from om_lib.records import Thread
 from om_lib.threads import list_resource_threads
 
@@ -118,7 +119,7 @@ def post_steps(threadId: ThreadId, body: Annotated[StepsIn, Body()]):
             'resourceId': step.resource_id,
             'system': step.system,
             'messages': _messages_json(step.messages),
-            'tools': [],
+            'tools': step_tools(engine.settings.retrieval),
             'parts': step.parts,
         }
     )

@@ -47,6 +47,7 @@ from om_lib.errors import (
     InvalidInputError,
     MessageConflictError,
     StorageError,
+    ThreadExistsError,
     ThreadNotFoundError,
     VersionConflictError,
 )
@@ -286,6 +287,147 @@ class DynamoMemoryStore:
             created_ids=tuple(created),
             record=record,
             record_included=include_record,
+        )
+
+    def create_thread(
+        self,
+        resource_id: str,
+        thread_id: str,
+        *,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        now: datetime,
+    ) -> Thread:
+        """See `MemoryStore.create_thread`: one conditional UpdateItem on META (the id must not hold a live thread).
+
+        A META that holds only a tombstone (an erased id) or an OM record of the same resource created before its
+        thread may be claimed; anything else is ThreadExistsError.
+        """
+        pk = _thread_pk(thread_id)
+        thread = Thread(
+            id=thread_id,
+            resource_id=resource_id,
+            title=title,
+            metadata=dict(metadata or {}),
+            created_at=now,
+            updated_at=now,
+        )
+        doc_value, doc_key = self._offload_doc(_thread_doc(thread), thread_prefix(resource_id, thread_id) + 'meta/')
+        now_iso = _iso(now)
+        set_parts = [
+            'resource_id = :r',
+            'created_at = :now',
+            'updated_at = :now',
+            'inc = if_not_exists(inc, :one)',
+            '#gpk = :gpk',
+            '#gsk = :gsk',
+            '#ref = :d' if doc_key else '#doc = :d',
+        ]
+        remove = ['erased_at', '#ttl', '#doc' if doc_key else '#ref']
+        try:
+            response = self.ddb.update_item(
+                TableName=self.table_name,
+                Key=_key(pk, META),
+                UpdateExpression=_update_expression(set_parts, remove),
+                ConditionExpression=(
+                    'attribute_not_exists(created_at) AND (attribute_not_exists(resource_id) OR resource_id = :r)'
+                ),
+                ExpressionAttributeNames={
+                    '#gpk': schema.GSI1_PK,
+                    '#gsk': schema.GSI1_SK,
+                    '#ttl': schema.TTL_ATTRIBUTE,
+                    '#doc': 'thread_doc',
+                    '#ref': 'thread_doc_ref',
+                },
+                ExpressionAttributeValues={
+                    ':r': _s(resource_id),
+                    ':now': _s(now_iso),
+                    ':one': _n(1),
+                    ':gpk': _s(_gsi_pk(resource_id)),
+                    ':gsk': _s(f'{now_iso}#{thread_id}'),
+                    ':d': _s(doc_key or doc_value),
+                },
+                ReturnValues='ALL_OLD',
+            )
+        except ClientError as exc:
+            if doc_key is not None:
+                self.blobs.delete([doc_key])
+            if _is_conditional_failure(exc):
+                raise ThreadExistsError(thread_id) from exc
+            with aws_errors():
+                raise
+        old = response.get('Attributes', {})
+        if 'erased_at' in old:
+            # A new incarnation of an erased thread: clear anything late work of the old one left behind.
+            self._sweep_thread(pk, below_inc=_int(old, 'inc', 1))
+        self._clear_resource_tombstone(resource_id)
+        return thread
+
+    def get_messages(self, resource_id: str, thread_id: str, ids: Sequence[str]) -> list[Message]:
+        """See `MemoryStore.get_messages`: one BatchGetItem (META + the ids; 100 keys per call)."""
+        unique = list(dict.fromkeys(ids))
+        if not unique:
+            return []
+        meta, found = self._precheck(_thread_pk(thread_id), unique)
+        if not _is_live_thread(meta, resource_id):
+            return []
+        assert meta is not None
+        inc = _int(meta, 'inc', 1)
+        items = [i for i in found.values() if _is_message_of(i, resource_id) and _int(i, 'inc', 1) == inc]
+        items.sort(key=lambda i: _int(i, schema.SEQ))
+        return [self._message_from_item(i, resource_id, thread_id) for i in items]
+
+    def delete_messages(self, resource_id: str, thread_id: str, message_ids: Sequence[str] | None) -> int:
+        """See `MemoryStore.delete_messages`.
+
+        GetItem META (ownership), then the messages: BatchGetItem by id, or (clearing) a Query of the `MSG#` items.
+        Every deleted seq first gets a `GAP#` placeholder (BatchWriteItem), then the `MSG#` items are deleted
+        (BatchWriteItem), so an ordered read never waits on a hole a deletion left. Offloaded bodies are deleted from
+        S3 unless another message of the thread still points at the same (content-addressed) object.
+        """
+        pk = _thread_pk(thread_id)
+        meta = self._get(pk, META)
+        if not _is_live_thread(meta, resource_id):
+            raise ThreadNotFoundError(thread_id)
+        assert meta is not None
+        inc = _int(meta, 'inc', 1)
+        if message_ids is None:
+            items = list(self._query_messages_keys(pk))
+        else:
+            unique = list(dict.fromkeys(message_ids))
+            if not unique:
+                return 0
+            items = list(self._batch_get([(pk, MSG + i) for i in unique], by='SK').values())
+        items = [i for i in items if _is_message_of(i, resource_id) and _int(i, 'inc', 1) == inc]
+        if not items:
+            return 0
+        now_ms = _ms(self.clock.now())
+        gaps = {
+            _int(i, schema.SEQ): {'PutRequest': {'Item': _gap_item(pk, inc, _int(i, schema.SEQ), resource_id, now_ms)}}
+            for i in items
+        }
+        requests = list(gaps.values())
+        for start in range(0, len(requests), _BATCH_WRITE):
+            self._batch_write(requests[start : start + _BATCH_WRITE])
+        self._delete_items([_key(pk, _str(i, schema.SK) or '') for i in items])
+        refs = {ref for i in items if (ref := _str(i, 'body_ref'))}
+        if refs and message_ids is not None:
+            refs -= {ref for i in self._query_messages_keys(pk) if (ref := _str(i, 'body_ref'))}
+        if refs:
+            self.blobs.delete(sorted(refs))
+        return len(items)
+
+    def _query_messages_keys(self, pk: str) -> Iterator[Item]:
+        """Every `MSG#` item of a thread partition, projected to what deletion needs."""
+        return self._query_all(
+            {
+                'TableName': self.table_name,
+                'KeyConditionExpression': '#pk = :pk AND begins_with(#sk, :m)',
+                'ProjectionExpression': '#pk, #sk, #seq, inc, resource_id, body_ref',
+                'ExpressionAttributeNames': {'#pk': schema.PK, '#sk': schema.SK, '#seq': schema.SEQ},
+                'ExpressionAttributeValues': {':pk': _s(pk), ':m': _s(MSG)},
+                'ConsistentRead': True,
+            }
         )
 
     def get_thread(self, resource_id: str, thread_id: str) -> Thread | None:
@@ -1176,6 +1318,18 @@ def _thread_doc(thread: Thread) -> dict[str, Any]:
         'metadata': thread.metadata,
         'current_task': thread.current_task,
         'suggested_response': thread.suggested_response,
+    }
+
+
+def _gap_item(pk: str, inc: int, seq: int, resource_id: str, written_ms: int) -> Item:
+    """A `GAP#` placeholder: `seq` will never hold a message (a refused append, a retry, a deleted message)."""
+    return {
+        **_key(pk, f'{GAP}{inc:06d}#{seq:012d}'),
+        schema.SEQ: _n(seq),
+        'inc': _n(inc),
+        'gap': {'BOOL': True},
+        'written_at': _n(written_ms),
+        'resource_id': _s(resource_id),
     }
 
 

@@ -9,8 +9,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
-from om_lib.errors import ErasedError, MessageConflictError, ThreadNotFoundError, VersionConflictError
+from om_lib.errors import (
+    ErasedError,
+    MessageConflictError,
+    ThreadExistsError,
+    ThreadNotFoundError,
+    VersionConflictError,
+)
 from om_lib.messages import Message
 from om_lib.ports import AppendResult, AttentionItem, MessagePage, ThreadPage
 from om_lib.records import OMRecord, Thread
@@ -96,6 +103,54 @@ class InMemoryStore:
                 record=record,
                 record_included=include_record,
             )
+
+    def create_thread(
+        self,
+        resource_id: str,
+        thread_id: str,
+        *,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        now: datetime,
+    ) -> Thread:
+        """See `MemoryStore.create_thread`."""
+        with self._lock:
+            if thread_id in self._threads:
+                raise ThreadExistsError(thread_id)
+            thread = Thread(
+                id=thread_id,
+                resource_id=resource_id,
+                title=title,
+                metadata=dict(metadata or {}),
+                created_at=now,
+                updated_at=now,
+            )
+            self._threads[thread_id] = _ThreadData(thread)
+            self._erased_keys.discard(f'thread:{resource_id}/{thread_id}')
+            self._erased_keys.discard(f'resource:{resource_id}')
+            return thread
+
+    def get_messages(self, resource_id: str, thread_id: str, ids: Sequence[str]) -> list[Message]:
+        """See `MemoryStore.get_messages`."""
+        with self._lock:
+            data = self._threads.get(thread_id)
+            if data is None or data.thread.resource_id != resource_id:
+                return []
+            found = [data.by_id[i] for i in dict.fromkeys(ids) if i in data.by_id]
+            return sorted(found, key=lambda m: m.seq or 0)
+
+    def delete_messages(self, resource_id: str, thread_id: str, message_ids: Sequence[str] | None) -> int:
+        """See `MemoryStore.delete_messages`."""
+        with self._lock:
+            data = self._threads.get(thread_id)
+            if data is None or data.thread.resource_id != resource_id:
+                raise ThreadNotFoundError(thread_id)
+            doomed = set(data.by_id) if message_ids is None else {i for i in message_ids if i in data.by_id}
+            for message_id in doomed:
+                del data.by_id[message_id]
+                data.hashes.pop(message_id, None)
+            data.ordered = [m for m in data.ordered if m.id not in doomed]
+            return len(doomed)
 
     def get_thread(self, resource_id: str, thread_id: str) -> Thread | None:
         """See `MemoryStore.get_thread`."""

@@ -17,6 +17,7 @@ from infra.app import SettingsError, build_app, settings_from_context
 from infra.constants import (
     ALL_FUNCTIONS,
     ASSET_TIKTOKEN_DIR,
+    BUFFER_WORKER_FUNCTION,
     LAMBDA_ARCHITECTURE,
     LAMBDA_PYTHON_VERSION,
     QUEUE_VISIBILITY_FACTOR,
@@ -411,3 +412,11 @@ def test_cdk_nag_aws_solutions_passes_with_written_reasons(tmp_path: Path, conte
         assert plugin['conclusion'] == 'success' and not plugin['violations'], (name, plugin['violations'])
         for acknowledged in plugin.get('suppressedViolations', []):
             assert len(acknowledged['reason']) > 40, acknowledged
+
+
+def test_the_local_stack_gives_its_worker_the_deployed_timeout():
+    # A job's deadline is what is left of the worker's invocation, so a shorter local timeout would fail jobs that
+    # succeed when deployed (and the other way round).
+    from om_cli.local_stack import BUFFER_WORKER_TIMEOUT_S
+
+    assert BUFFER_WORKER_TIMEOUT_S == BUFFER_WORKER_FUNCTION.timeout_s

@@ -1,0 +1,129 @@
+"""`POST /recall`: the recall tool over HTTP (CONTRACT §2), for clients that run the Actor themselves.
+
+The body is the tool's parameters plus `resourceId` and `threadId`; the answer is the tool's returns for its mode
+(seed 000 "Recall tool"). `threadId` is the thread the agent is in: it must belong to `resourceId` (else 404
+`thread_not_found`), it is the thread a cursor is looked up in first, and `mode: "threads"` marks it `← current`.
+With retrieval scope `'resource'` (the default) a cursor may name a message of any of the resource's threads.
+Retrieval must be on in the configuration (`retrieval: true`), else 422 `retrieval_disabled`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from aws_lambda_powertools.event_handler.openapi.params import Body
+from aws_lambda_powertools.event_handler.router import APIGatewayRouter
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from functions import _wiring
+from functions._observability import logger
+from functions.api.errors import ApiError
+from functions.api.models import Id
+from functions.api.routes import _errors, _ok, authorize, json_response
+from om_lib.errors import ThreadNotFoundError
+from om_lib.recall import RecallRequest, recall
+
+router = APIGatewayRouter()
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra='forbid')
+
+
+class RecallIn(_Model):
+    """`POST /recall`: the recall tool's parameters for a thread of a resource."""
+
+    resource_id: Id
+    thread_id: Id
+    mode: Literal['messages', 'threads', 'search'] = Field(default='messages', description='What to retrieve.')
+    query: str | None = Field(default=None, max_length=4000, description='Search text (mode "search").')
+    cursor: str | None = Field(
+        default=None, min_length=1, max_length=4096, description='A message id (or a range, which answers a hint).'
+    )
+    page: int | None = Field(
+        default=None,
+        ge=-1000,
+        le=1000,
+        description='Messages: forward (+) or backward (-) from the cursor; threads: from 0.',
+    )
+    limit: int | None = Field(default=None, ge=1, le=1000, description='Items per page (default 20, at most 50 used).')
+    detail: Literal['low', 'high'] = Field(default='low', description='Part detail.')
+    part_index: int | None = Field(default=None, ge=0, le=100_000, description='One part of the cursor message.')
+    before: str | None = Field(default=None, max_length=64, description='Threads created before this ISO 8601 date.')
+    after: str | None = Field(default=None, max_length=64, description='Threads created after this ISO 8601 date.')
+
+
+class RecallOut(_Model):
+    """The tool's returns; which fields are present depends on the call.
+
+    `mode: "messages"`: `{messages, count, cursor, page, limit, detail, hasNextPage, hasPrevPage, truncated,
+    tokenOffset}`. With `partIndex`: `{text, messageId, partIndex, role, type, truncated}`. `mode: "threads"`:
+    `{threads, count, page, hasMore}`.
+    """
+
+    messages: str | None = None
+    count: int | None = None
+    cursor: str | None = None
+    page: int | None = None
+    limit: int | None = None
+    detail: Literal['low', 'high'] | None = None
+    has_next_page: bool | None = None
+    has_prev_page: bool | None = None
+    truncated: bool | None = None
+    token_offset: int | None = None
+    text: str | None = None
+    message_id: str | None = None
+    part_index: int | None = None
+    role: str | None = None
+    type: str | None = None
+    threads: str | None = None
+    has_more: bool | None = None
+
+
+@router.post(
+    '/recall',
+    summary='Page through raw message history behind observations (the recall tool)',
+    description=(
+        'The recall tool over HTTP. `mode: "messages"` pages from `cursor` (or from the start of the thread); '
+        '`partIndex` returns `{text, messageId, partIndex, role, type, truncated}`; `mode: "threads"` returns '
+        '`{threads, count, page, hasMore}`. 422 `retrieval_disabled` unless `retrieval` is on in the configuration, '
+        '422 `invalid_input` for a cursor, thread, part index or date the tool cannot use.'
+    ),
+    responses={**_ok(RecallOut), **_errors(400, 401, 403, 404, 413, 422, 500, 503)},
+    tags=['memory'],
+)
+def post_recall(body: Annotated[RecallIn, Body()]):
+    authorize(body.resource_id)
+    engine = _wiring.engine()
+    retrieval = engine.settings.retrieval
+    if retrieval is None:
+        raise ApiError(
+            422,
+            'retrieval_disabled',
+            'recall needs retrieval mode: set `retrieval: true` (or `{scope, vector}`) in the OM configuration',
+        )
+    store = engine.store
+    if store.get_thread(body.resource_id, body.thread_id) is None:
+        raise ThreadNotFoundError(body.thread_id)
+    request = RecallRequest(
+        mode=body.mode,
+        query=body.query,
+        cursor=body.cursor,
+        page=body.page,
+        limit=body.limit,
+        detail=body.detail,
+        part_index=body.part_index,
+        before=body.before,
+        after=body.after,
+    )
+    result: dict[str, Any] = recall(
+        store,
+        engine.counter,
+        resource_id=body.resource_id,
+        current_thread_id=body.thread_id,
+        request=request,
+        scope=retrieval.scope,
+    )
+    logger.info('recall', extra={'thread_id': body.thread_id, 'mode': body.mode, 'count': result.get('count')})
+    return json_response(result)

@@ -1,0 +1,191 @@
+"""Thread and message-history routes (CONTRACT §2, seed 003): create, get and update a thread, clone it, the
+`recall()` query, and deleting messages. Thin: validate → authorize → one om_lib call → JSON.
+
+A thread of another resource reads as missing (404 `thread_not_found`); a taken thread id is 409 `thread_exists`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.openapi.params import Body, Query
+from aws_lambda_powertools.event_handler.router import APIGatewayRouter
+
+from functions import _wiring
+from functions._observability import logger
+from functions.api.errors import ApiError
+from functions.api.models import MAX_ID_CHARS, message_json
+from functions.api.routes import (
+    _COMMON,
+    ResourceIdQuery,
+    ThreadId,
+    _errors,
+    _ok,
+    authorize,
+    json_response,
+    no_content,
+    thread_json,
+)
+from functions.api.thread_models import (
+    CloneOut,
+    MessagesDeleteIn,
+    MessagesQueryIn,
+    MessagesQueryOut,
+    ThreadCloneIn,
+    ThreadCreateIn,
+    ThreadEnvelope,
+    ThreadPatchIn,
+)
+from om_lib import history
+from om_lib.errors import ThreadNotFoundError
+
+router = APIGatewayRouter()
+
+OptionalResourceIdQuery = Annotated[str | None, Query(min_length=1, max_length=MAX_ID_CHARS)]
+
+
+def _now():  # noqa: ANN202 - datetime
+    return _wiring.engine().clock.now()
+
+
+@router.post(
+    '/threads',
+    summary='Create a thread',
+    description='An empty thread owned by `resourceId`. `id` is server-assigned when absent; a taken id is 409.',
+    responses={**_ok(ThreadEnvelope, 201, 'Created'), **_errors(*_COMMON, 409)},
+    tags=['threads'],
+)
+def create_thread(body: Annotated[ThreadCreateIn, Body()]):
+    authorize(body.resource_id)
+    thread = _wiring.store().create_thread(
+        body.resource_id, body.id or str(uuid.uuid4()), title=body.title, metadata=body.metadata, now=_now()
+    )
+    logger.info('thread created', extra={'thread_id': thread.id})
+    return json_response({'thread': thread_json(thread)}, 201)
+
+
+@router.get(
+    '/threads/<threadId>',
+    summary='A thread',
+    responses={**_ok(ThreadEnvelope), **_errors(401, 403, 404, 422, 500, 503)},
+    tags=['threads'],
+)
+def get_thread(threadId: ThreadId, resourceId: ResourceIdQuery):
+    authorize(resourceId)
+    thread = _wiring.store().get_thread(resourceId, threadId)
+    if thread is None:
+        raise ThreadNotFoundError(threadId)
+    return json_response({'thread': thread_json(thread)})
+
+
+@router.patch(
+    '/threads/<threadId>',
+    summary='Update a thread’s title and metadata',
+    description=(
+        'Fields left out stay as they are. `metadata` replaces the stored object as a whole (send every key you want '
+        'to keep; `null` or `{}` empties it). `title: null` removes the title.'
+    ),
+    responses={**_ok(ThreadEnvelope), **_errors(*_COMMON, 404)},
+    tags=['threads'],
+)
+def patch_thread(threadId: ThreadId, body: Annotated[ThreadPatchIn, Body()]):
+    authorize(body.resource_id)
+    store = _wiring.store()
+    thread = store.get_thread(body.resource_id, threadId)
+    if thread is None:
+        raise ThreadNotFoundError(threadId)
+    update: dict[str, object] = {'updated_at': _now()}
+    if 'title' in body.model_fields_set:
+        update['title'] = body.title
+    if 'metadata' in body.model_fields_set:
+        update['metadata'] = dict(body.metadata or {})
+    updated = store.update_thread(thread.model_copy(update=update))
+    return json_response({'thread': thread_json(updated)})
+
+
+@router.post(
+    '/threads/<threadId>/clone',
+    summary='Clone a thread',
+    description=(
+        'Copies the messages (those in `dateRange`, then only the last `messageLimit`) into a new thread with new '
+        'message ids. The clone’s metadata is the source’s plus `clonedFrom` naming the source; it starts with the '
+        'source’s observations when every observed message was copied.'
+    ),
+    responses={**_ok(CloneOut, 201, 'Created'), **_errors(*_COMMON, 404, 409)},
+    tags=['threads'],
+)
+def clone_thread(threadId: ThreadId, body: Annotated[ThreadCloneIn, Body()]):
+    authorize(body.resource_id)
+    thread, cloned = history.clone_thread(
+        _wiring.store(),
+        body.resource_id,
+        threadId,
+        new_thread_id=body.new_thread_id,
+        title=body.title,
+        message_limit=body.message_limit,
+        date_range=body.date_range.as_range() if body.date_range else None,
+        now=_now(),
+    )
+    logger.info('thread cloned', extra={'thread_id': threadId, 'clone_id': thread.id, 'messages': len(cloned)})
+    return json_response({'thread': thread_json(thread), 'clonedMessages': [message_json(m) for m in cloned]}, 201)
+
+
+@router.post(
+    '/threads/<threadId>/messages/query',
+    summary='Query a thread’s messages (the seed’s recall())',
+    description=(
+        'A page of messages (oldest first; `perPage: false` for all, `0` for only the included ones), filtered by '
+        '`dateRange` on `createdAt` (inclusive), plus each `include` message with its `withPreviousMessages` / '
+        '`withNextMessages` neighbours. `vectorSearchString` needs semantic recall, which is not enabled (422).'
+    ),
+    responses={**_ok(MessagesQueryOut), **_errors(*_COMMON, 404)},
+    tags=['memory'],
+)
+def query_messages(threadId: ThreadId, body: Annotated[MessagesQueryIn, Body()]):
+    authorize(body.resource_id)
+    messages, has_more = history.query_messages(
+        _wiring.store(),
+        body.resource_id,
+        threadId,
+        page=body.page,
+        per_page=body.per_page,
+        date_range=body.date_range.as_range() if body.date_range else None,
+        include=[i.as_include() for i in body.include or ()],
+        vector_search_string=body.vector_search_string,
+    )
+    return json_response({'messages': [message_json(m) for m in messages], 'hasMore': has_more})
+
+
+@router.delete(
+    '/threads/<threadId>/messages',
+    summary='Delete messages by id, or clear the thread',
+    description=(
+        '`messageIds` left out clears the thread. `resourceId` may come in the body or as a query parameter. '
+        'Observations made from deleted messages are dropped (the rest is observed again).'
+    ),
+    responses={204: {'description': 'Deleted'}, **_errors(*_COMMON, 404)},
+    tags=['memory'],
+)
+def delete_messages(
+    threadId: ThreadId,
+    resourceId: OptionalResourceIdQuery = None,
+    body: Annotated[MessagesDeleteIn | None, Body()] = None,
+):
+    from_body = body.resource_id if body else None
+    if from_body and resourceId and from_body != resourceId:
+        raise ApiError(422, 'validation_error', 'resourceId differs between the body and the query string')
+    resource_id = from_body or resourceId
+    if not resource_id:
+        raise ApiError(
+            422,
+            'validation_error',
+            'resourceId is required (in the body or as a query parameter)',
+            [{'location': 'body', 'field': 'resourceId', 'type': 'missing', 'message': 'Field required'}],
+        )
+    authorize(resource_id)
+    deleted = history.forget_messages(
+        _wiring.store(), resource_id, threadId, body.message_ids if body else None, now=_now()
+    )
+    logger.info('messages deleted', extra={'thread_id': threadId, 'deleted': deleted})
+    return no_content()

@@ -1,0 +1,388 @@
+"""Message history of a thread (seed 003): the `recall()` query, cloning a thread, and deleting messages honestly.
+
+Everything here works through the `MemoryStore` port, so it behaves the same on every store.
+
+Observational memory and deletion. Observations are text the Observer wrote from messages; an `ObservationGroup`
+names the `seq` range each block came from, but the log keeps no per-group text boundaries (a reflection rewrites
+and merges the whole log). So the log cannot be cut group by group yet, and the rules are the simplest honest ones:
+
+- clearing a thread resets its observational memory: a new generation with no observations, no groups and its
+  cursor back at 0 (older generations stay readable as history);
+- deleting messages that were observed (inside a group's range, or at or below the thread's cursor) does the same,
+  so the messages that remain are observed again from the start;
+- deleting only unobserved messages touches no observations; buffered (not yet active) chunks that covered a deleted
+  message are dropped, since they would otherwise bring its content back when activated.
+
+Cloning carries the source's observations only when every observed group of the source lies inside the copied
+messages — for the same reason: without per-group text the log cannot be cut to a part of the history.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from om_lib.errors import InvalidInputError, ThreadNotFoundError, VersionConflictError
+from om_lib.messages import Message
+from om_lib.ports import MemoryStore
+from om_lib.records import ObservationGroup, OMRecord, Thread, record_key
+
+DEFAULT_PER_PAGE = 40
+# Messages read per store call while walking a thread (skipping to a page, filtering by date, cloning).
+READ_CHUNK = 500
+# Messages written per store call while cloning.
+WRITE_CHUNK = 100
+_COMMIT_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Include:
+    """A message to include by id, with up to `with_previous` messages before it and `with_next` after it."""
+
+    id: str
+    with_previous: int = 0
+    with_next: int = 0
+
+
+DateRange = tuple[datetime | None, datetime | None]
+
+
+def _require_thread(store: MemoryStore, resource_id: str, thread_id: str) -> Thread:
+    thread = store.get_thread(resource_id, thread_id)
+    if thread is None:
+        raise ThreadNotFoundError(thread_id)
+    return thread
+
+
+def _in_range(message: Message, date_range: DateRange | None) -> bool:
+    if date_range is None:
+        return True
+    start, end = date_range
+    return (start is None or message.created_at >= start) and (end is None or message.created_at <= end)
+
+
+def iter_messages(store: MemoryStore, resource_id: str, thread_id: str, *, after_seq: int = 0):  # noqa: ANN201
+    """Every message of a thread after `after_seq`, oldest first, read in chunks of `READ_CHUNK`."""
+    after = after_seq
+    while True:
+        page = store.list_messages(resource_id, thread_id, after_seq=after, limit=READ_CHUNK)
+        yield from page.messages
+        if not page.has_more or not page.messages:
+            return
+        after = page.messages[-1].seq or after
+
+
+def _page(
+    store: MemoryStore, resource_id: str, thread_id: str, page: int, per_page: int | None, date_range: DateRange | None
+) -> tuple[list[Message], bool]:
+    if per_page == 0:
+        return [], False
+    if date_range is None and per_page is not None:
+        # Sequence numbers have holes (deleted messages), so the offset is counted by reading forward.
+        after, skip = 0, page * per_page
+        while skip > 0:
+            chunk = store.list_messages(resource_id, thread_id, after_seq=after, limit=min(skip, READ_CHUNK))
+            if not chunk.messages:
+                return [], False
+            after = chunk.messages[-1].seq or after
+            skip -= len(chunk.messages)
+            if skip > 0 and not chunk.has_more:
+                return [], False
+        result = store.list_messages(resource_id, thread_id, after_seq=after, limit=per_page)
+        return list(result.messages), result.has_more
+    # `createdAt` is the client's time and is not indexed: a date range reads the thread and filters.
+    selected = [m for m in iter_messages(store, resource_id, thread_id) if _in_range(m, date_range)]
+    if per_page is None:
+        return selected, False
+    start = page * per_page
+    return selected[start : start + per_page], len(selected) > start + per_page
+
+
+def query_messages(
+    store: MemoryStore,
+    resource_id: str,
+    thread_id: str,
+    *,
+    page: int = 0,
+    per_page: int | None = DEFAULT_PER_PAGE,
+    date_range: DateRange | None = None,
+    include: Sequence[Include] | None = None,
+    vector_search_string: str | None = None,
+) -> tuple[list[Message], bool]:
+    """The seed's `recall()`: one page of the thread's messages (oldest first) plus the included ones.
+
+    `per_page=None` asks for every message, `per_page=0` for the included messages only. `date_range` filters the
+    paged messages on `createdAt` (both ends inclusive, either may be None). Each `include` adds that message and up
+    to `with_previous` / `with_next` neighbours (by arrival order), whatever the page and the date range; the result
+    is de-duplicated and in arrival order. `has_more` is about the paged messages. Raises ThreadNotFoundError for a
+    missing thread (or one of another resource) and InvalidInputError for `vector_search_string` (vectors are not
+    enabled in this build).
+    """
+    if vector_search_string is not None:
+        raise InvalidInputError('vector search is not enabled: semantic recall (vectorSearchString) is not configured')
+    if page < 0:
+        raise InvalidInputError('page starts at 0')
+    if per_page is not None and per_page < 0:
+        raise InvalidInputError('perPage must be 0 or more (or false for every message)')
+    _require_thread(store, resource_id, thread_id)
+    paged, has_more = _page(store, resource_id, thread_id, page, per_page, date_range)
+    by_id: dict[str, Message] = {m.id: m for m in paged}
+    wanted = list(include or ())
+    if wanted:
+        for anchor in store.get_messages(resource_id, thread_id, [i.id for i in wanted]):
+            by_id[anchor.id] = anchor
+            seq = anchor.seq or 0
+            before = max((i.with_previous for i in wanted if i.id == anchor.id), default=0)
+            after = max((i.with_next for i in wanted if i.id == anchor.id), default=0)
+            if before > 0:
+                older = store.list_messages(resource_id, thread_id, before_seq=seq, limit=before, newest_first=True)
+                by_id.update((m.id, m) for m in older.messages)
+            if after > 0:
+                newer = store.list_messages(resource_id, thread_id, after_seq=seq, limit=after)
+                by_id.update((m.id, m) for m in newer.messages)
+    return sorted(by_id.values(), key=lambda m: m.seq or 0), has_more
+
+
+# -- cloning ------------------------------------------------------------------------------------------------------
+
+
+def clone_thread(
+    store: MemoryStore,
+    resource_id: str,
+    source_thread_id: str,
+    *,
+    new_thread_id: str | None = None,
+    title: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    message_limit: int | None = None,
+    date_range: DateRange | None = None,
+    now: datetime,
+    new_id: Callable[[], str] | None = None,
+) -> tuple[Thread, list[Message]]:
+    """Copy a thread's messages (optionally only those in `date_range`, then only the last `message_limit`) into a
+    new thread of the same resource, and return it with the copied messages as stored.
+
+    Copies get new ids and keep role, parts and `createdAt`. The clone's metadata is the source's (or `metadata`)
+    plus `clonedFrom: {threadId, resourceId, messageCount, clonedAt, lastMessageId}`; its title defaults to
+    "Clone of <source title>". The clone starts with the source's thread-scope observations when every observed group
+    of the source lies inside the copied messages (see the module docstring), its cursor at the last copied message
+    those groups cover; otherwise it starts without observations and the engine observes the copies afresh.
+
+    Not atomic: the thread, its messages and its record are separate writes. A clone that fails half-way leaves a
+    thread that `DELETE /threads/{id}` removes. Raises ThreadNotFoundError for the source, ThreadExistsError when
+    `new_thread_id` is taken.
+    """
+    if message_limit is not None and message_limit < 0:
+        raise InvalidInputError('messageLimit must be 0 or more')
+    make_id = new_id or (lambda: str(uuid.uuid4()))
+    source = _require_thread(store, resource_id, source_thread_id)
+    source_messages = list(iter_messages(store, resource_id, source_thread_id))
+    chosen = [m for m in source_messages if _in_range(m, date_range)]
+    if message_limit is not None:
+        chosen = chosen[-message_limit:] if message_limit else []
+    clone_id = new_thread_id or make_id()
+    cloned_from = {
+        'threadId': source_thread_id,
+        'resourceId': resource_id,
+        'messageCount': len(chosen),
+        'clonedAt': now.isoformat().replace('+00:00', 'Z'),
+        'lastMessageId': chosen[-1].id if chosen else None,
+    }
+    clone_metadata = {**(source.metadata if metadata is None else metadata), 'clonedFrom': cloned_from}
+    clone_title = title if title is not None else (f'Clone of {source.title}' if source.title else None)
+    thread = store.create_thread(resource_id, clone_id, title=clone_title, metadata=clone_metadata, now=now)
+
+    copies = [
+        m.model_copy(update={'id': make_id(), 'seq': None, 'thread_id': None, 'resource_id': None}) for m in chosen
+    ]
+    stored: list[Message] = []
+    for start in range(0, len(copies), WRITE_CHUNK):
+        result = store.append_messages(resource_id, clone_id, copies[start : start + WRITE_CHUNK], now=now)
+        stored.extend(result.messages)
+
+    record = store.get_record(record_key('thread', resource_id, source_thread_id))
+    carried = _carried_observations(record, source_thread_id, source_messages, chosen, stored, clone_id, make_id)
+    if record is not None and carried is not None:
+        groups, cursor = carried
+        fresh = OMRecord(
+            id=make_id().replace('-', ''),
+            key=record_key('thread', resource_id, clone_id),
+            scope='thread',
+            resource_id=resource_id,
+            thread_id=clone_id,
+            created_at=now,
+            updated_at=now,
+            active_observations=record.active_observations,
+            observation_tokens=record.observation_tokens,
+            total_tokens_observed=record.total_tokens_observed,
+            cursors={clone_id: cursor},
+            last_observed_at=record.last_observed_at,
+            groups=groups,
+            observed_timezone=record.observed_timezone,
+        )
+        store.put_record(fresh, expected_version=None)
+        if source.current_task or source.suggested_response:
+            thread = store.update_thread(
+                thread.model_copy(
+                    update={'current_task': source.current_task, 'suggested_response': source.suggested_response}
+                )
+            )
+    return thread, stored
+
+
+def _carried_observations(
+    record: OMRecord | None,
+    thread_id: str,
+    source_messages: list[Message],
+    chosen: list[Message],
+    stored: list[Message],
+    clone_id: str,
+    make_id: Callable[[], str],
+) -> tuple[tuple[ObservationGroup, ...], int] | None:
+    """The clone's groups and cursor when the source's observations can be carried over whole, else None."""
+    if record is None or not record.active_observations.strip() or not chosen:
+        return None
+    groups = [g for g in record.groups if g.thread_id == thread_id]
+    if not groups or len(groups) != len(record.groups):
+        return None
+    copied = {m.seq for m in chosen}
+    clone_of = {src.seq: copy for src, copy in zip(chosen, stored, strict=True)}
+    out: list[ObservationGroup] = []
+    cursor = 0
+    for group in sorted(groups, key=lambda g: g.start_seq):
+        covered = [m.seq for m in source_messages if group.start_seq <= (m.seq or 0) <= group.end_seq]
+        if not covered or any(seq not in copied for seq in covered):
+            return None  # an observed message was left out: the log cannot be cut to the copied part
+        first, last = clone_of[covered[0]], clone_of[covered[-1]]
+        out.append(
+            group.model_copy(
+                update={
+                    'id': make_id().replace('-', '')[:16],
+                    'thread_id': clone_id,
+                    'start_id': first.id,
+                    'end_id': last.id,
+                    'start_seq': first.seq or 0,
+                    'end_seq': last.seq or 0,
+                }
+            )
+        )
+        cursor = max(cursor, last.seq or 0)
+    # Messages observed before the first group's range (or between groups) but not copied are not covered above.
+    observed = [m.seq for m in source_messages if (m.seq or 0) <= record.cursor(thread_id)]
+    if any(seq not in copied for seq in observed):
+        return None
+    return tuple(out), cursor
+
+
+# -- deleting -----------------------------------------------------------------------------------------------------
+
+
+def forget_messages(
+    store: MemoryStore,
+    resource_id: str,
+    thread_id: str,
+    message_ids: Sequence[str] | None,
+    *,
+    now: datetime,
+    new_id: Callable[[], str] | None = None,
+) -> int:
+    """Delete messages by id (`None`: clear the thread) and keep observational memory honest (module docstring).
+
+    Returns how many messages were deleted. Raises ThreadNotFoundError for a missing thread or one of another
+    resource. Applies to the thread-scope record and, when one exists, to the resource-scope record (which then
+    observes every thread of the resource again: its log cannot be cut per thread either).
+    """
+    make_id = new_id or (lambda: uuid.uuid4().hex)
+    _require_thread(store, resource_id, thread_id)
+    if message_ids is None:
+        doomed_seqs: list[int] | None = None
+    else:
+        doomed_seqs = [m.seq or 0 for m in store.get_messages(resource_id, thread_id, message_ids)]
+    deleted = store.delete_messages(resource_id, thread_id, message_ids)
+    if doomed_seqs is not None and not doomed_seqs:
+        return deleted
+    keys = (record_key('thread', resource_id, thread_id), record_key('resource', resource_id, None))
+    resets = [_forget_in_record(store, key, thread_id, doomed_seqs, now, make_id) for key in keys]
+    if any(resets):
+        # The continuation hints were written from the same observations.
+        thread = store.get_thread(resource_id, thread_id)
+        if thread is not None and (thread.current_task or thread.suggested_response):
+            store.update_thread(thread.model_copy(update={'current_task': None, 'suggested_response': None}))
+    return deleted
+
+
+def _forget_in_record(
+    store: MemoryStore,
+    key: str,
+    thread_id: str,
+    doomed: list[int] | None,
+    now: datetime,
+    make_id: Callable[[], str],
+) -> bool:
+    """Reset or trim one record after a deletion; True when its observations were reset."""
+    for _ in range(_COMMIT_ATTEMPTS):
+        head = store.get_record(key)
+        if head is None:
+            return False
+        groups = [g for g in head.groups if g.thread_id == thread_id]
+        if doomed is None:
+            observed = head.cursor(thread_id) > 0 or bool(groups)
+            if head.scope == 'thread':
+                observed = observed or bool(head.active_observations) or bool(head.buffered_chunks)
+        else:
+            observed = any(
+                s <= head.cursor(thread_id) or any(g.start_seq <= s <= g.end_seq for g in groups) for s in doomed
+            )
+        try:
+            if observed:
+                store.put_generation(_reset(head, now, make_id()), expected_version=head.version)
+                return True
+            chunks = tuple(
+                c
+                for c in head.buffered_chunks
+                if c.thread_id != thread_id
+                or not (doomed is None or any(c.start_seq <= s <= c.end_seq for s in doomed))
+            )
+            if chunks != head.buffered_chunks:
+                trimmed = head.model_copy(update={'buffered_chunks': chunks, 'updated_at': now})
+                if not chunks:
+                    trimmed = trimmed.model_copy(update={'last_buffered_at_tokens': 0})
+                store.put_record(trimmed, expected_version=head.version)
+            return False
+        except VersionConflictError:
+            continue
+    raise VersionConflictError(key, None)
+
+
+def _reset(head: OMRecord, now: datetime, record_id: str) -> OMRecord:
+    """The next generation of `head` with nothing observed: every message is observed again from the start."""
+    return head.model_copy(
+        update={
+            'id': record_id,
+            'generation': head.generation + 1,
+            'origin': 'initial',
+            'created_at': now,
+            'updated_at': now,
+            'active_observations': '',
+            'observation_tokens': 0,
+            'total_tokens_observed': 0,
+            'pending_message_tokens': 0,
+            'cursors': {},
+            'last_observed_at': None,
+            'groups': (),
+            'buffered_chunks': (),
+            'last_buffered_at_tokens': 0,
+            'buffered_reflection': None,
+            'buffered_reflection_tokens': None,
+            'buffered_reflection_input_tokens': None,
+            'reflected_line_count': None,
+            'observing': None,
+            'reflecting': None,
+            'buffering_observation': None,
+            'buffering_reflection': None,
+            'reflection_stalled_at_tokens': None,
+        }
+    )
