@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,9 +80,9 @@ def gemini() -> Iterator[tuple[FakeGemini, RoleAwareGemini]]:
         yield server, behaviour
 
 
-@pytest.fixture(scope='module')
-def stack(gemini) -> Iterator[LocalStack]:
-    server, _ = gemini
+@contextmanager
+def running_stack(server: FakeGemini, config: dict[str, Any]) -> Iterator[LocalStack]:
+    """A local stack with `config`, its functions pointed at the fake Gemini `server` (skips outside a clean env)."""
     for name in ('AWS_ENDPOINT_URL', 'GOOGLE_API_KEY'):
         if os.environ.get(name):
             pytest.skip(f'{name} is set; the e2e stack needs the embedded emulator and the fake Gemini only')
@@ -91,7 +92,14 @@ def stack(gemini) -> Iterator[LocalStack]:
         'POWERTOOLS_METRICS_DISABLED': 'true',
     }
     # Short visibility timeout: a failed job is redelivered (and a poison one dead-lettered) within seconds.
-    with LocalStack(port=0, config=E2E_CONFIG, env=env, sweep_interval_s=None, visibility_timeout_s=2) as running:
+    with LocalStack(port=0, config=config, env=env, sweep_interval_s=None, visibility_timeout_s=2) as running:
+        yield running
+
+
+@pytest.fixture(scope='module')
+def stack(gemini) -> Iterator[LocalStack]:
+    server, _ = gemini
+    with running_stack(server, E2E_CONFIG) as running:
         yield running
 
 
