@@ -105,6 +105,11 @@ class Api:
 
 @pytest.fixture
 def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_aws_env(monkeypatch)
+
+
+def set_aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The functions' environment for these tests: moto credentials, the table and bucket, offline model."""
     for name, value in {
         'AWS_ACCESS_KEY_ID': 'testing',
         'AWS_SECRET_ACCESS_KEY': 'testing',

@@ -5,68 +5,25 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from functions import _wiring
-from om_lib.adapters.dynamodb_schema import create_table
 from tests.fakes.fake_gemini import FakeGemini, FakeReply
-from tests.integration.test_api_handler import BUCKET, FLASH, TABLE, THREAD, Api, assert_error, load_json_body
+from tests.integration import test_api_handler as base
+from tests.integration.test_api_handler import FLASH, THREAD, Api, assert_error, load_json_body
 
 RETRIEVAL_ON = json.dumps({'model': 'default', 'retrieval': True})
 
 
 @pytest.fixture
 def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in {
-        'AWS_ACCESS_KEY_ID': 'testing',
-        'AWS_SECRET_ACCESS_KEY': 'testing',
-        'AWS_SESSION_TOKEN': 'testing',
-        'AWS_DEFAULT_REGION': 'eu-west-1',
-        'AWS_ACCOUNT_ID_ENDPOINT_MODE': 'disabled',
-        'POWERTOOLS_TRACE_DISABLED': '1',
-        'OM_TABLE_NAME': TABLE,
-        'OM_BUCKET_NAME': BUCKET,
-        'OM_AUTH_MODE': 'iam',
-        'OM_OFFLINE_FALLBACK': '1',
-        'OM_CONFIG': RETRIEVAL_ON,
-    }.items():
-        monkeypatch.setenv(name, value)
-    for name in (
-        'AWS_ENDPOINT_URL',
-        'AWS_ENDPOINT_URL_DYNAMODB',
-        'AWS_ENDPOINT_URL_S3',
-        'AWS_PROFILE',
-        'AWS_LAMBDA_FUNCTION_NAME',
-        'OM_CONFIG_FILE',
-        'OM_WORK_QUEUE_URL',
-        'OM_REFLECTION_STATE_MACHINE_ARN',
-        'OM_GEMINI_SECRET_ARN',
-        'GEMINI_API_KEY',
-        'GOOGLE_API_KEY',
-        'GOOGLE_GEMINI_BASE_URL',
-    ):
-        monkeypatch.delenv(name, raising=False)
+    """The handler tests' environment, with retrieval on."""
+    base.set_aws_env(monkeypatch)
+    monkeypatch.setenv('OM_CONFIG', RETRIEVAL_ON)
 
 
-@pytest.fixture
-def aws(aws_env: None) -> Iterator[None]:
-    with mock_aws(config={'core': {'reset_boto3_session': False}}):
-        create_table(boto3.client('dynamodb'), TABLE)
-        boto3.client('s3').create_bucket(Bucket=BUCKET, CreateBucketConfiguration={'LocationConstraint': 'eu-west-1'})
-        yield
-
-
-@pytest.fixture
-def api(aws: None) -> Iterator[Api]:
-    from functions.api import attachments, handler
-
-    _wiring.reset()
-    attachments.s3_client.cache_clear()
-    yield Api(handler)
-    _wiring.reset()
-    attachments.s3_client.cache_clear()
+aws = base.aws
+api = base.api
 
 
 @pytest.fixture
