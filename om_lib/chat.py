@@ -17,6 +17,11 @@ can correct), the results are sent back, and the Actor is asked again, for at mo
 round is saved as messages of the turn (an assistant message with the `tool-call` parts, then a `tool` message with
 the `tool-result` parts) before the final reply. Any other function call comes back as a `tool-call` part of the
 reply, for the client to run and send to `/turns`.
+
+Working memory (`workingMemory`): its block is appended to the system message, and unless it is read-only (in the
+configuration or for this request) the Actor also gets `updateWorkingMemory`, run here like `recall`: a refused
+update becomes an `{success: false, error}` result the model can correct, and changes nothing. After the thread's
+first turn, `generateTitle` queues a title job (`data-om-scheduled` names `title`).
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ from om_lib.llm import (
 )
 from om_lib.messages import FilePart, ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
 from om_lib.recall import RecallRequest, recall, recall_tool
+from om_lib.semantic import SemanticMemory, embedding_text, format_recalled
+from om_lib.titles import after_turn as title_after_turn
+from om_lib.working_memory import TOOL_NAME as WORKING_MEMORY_TOOL
+from om_lib.working_memory import WorkingMemory, working_memory_of
 
 logger = logging.getLogger(__name__)
 
@@ -87,8 +96,11 @@ class ChatService:
         *,
         id_factory: Callable[[], str] | None = None,
         system_prompt: str = ACTOR_SYSTEM_PROMPT,
+        semantic: SemanticMemory | None = None,
     ) -> None:
         self.engine = engine
+        # Semantic search (`retrieval.vector`, `semanticRecall`): recall's search mode, recalled context, indexing.
+        self.semantic = semantic
         self._new_id = id_factory or (lambda: f'msg_{uuid.uuid4().hex}')
         self.system_prompt = system_prompt
 
@@ -100,6 +112,7 @@ class ChatService:
         *,
         tools: Sequence[FunctionDeclaration] = (),
         step_number: int = 0,
+        read_only: bool = False,
     ) -> ChatResult:
         """Save `message`, ask the Actor, save and return its reply.
 
@@ -109,6 +122,7 @@ class ChatService:
             message: The user's message (with its final id and time).
             tools: Function declarations exposed to the Actor (run by the client; only `recall` is run here).
             step_number: The step's number, echoed in the status part.
+            read_only: Working memory is shown but the Actor gets no tool to change it (this request only).
 
         Returns:
             ChatResult with the reply (or None and a `data-om-actor-failed` part when the Actor failed).
@@ -125,7 +139,17 @@ class ChatService:
         recall_scope = retrieval.scope if retrieval is not None else 'thread'
         offered = list(tools)
         if retrieval is not None and not any(t.name == 'recall' for t in offered):
-            offered.append(recall_tool(recall_scope))
+            offered.append(recall_tool(recall_scope, vector=retrieval.vector and self.semantic is not None))
+        internal = {'recall'} if retrieval is not None else set()
+        working = working_memory_of(engine.settings.working_memory, engine.store, engine.clock)
+        if working is not None:
+            system += '\n\n' + working.system_text(resource_id, thread_id, read_only=read_only)
+            for tool in working.tools(read_only=read_only):
+                internal.add(tool.name)
+                offered = [t for t in offered if t.name != tool.name] + [tool]
+        recalled = self._semantic_recall(resource_id, thread_id, message, step.messages, parts)
+        if recalled:
+            system += '\n\n' + recalled
         deadline = max(started + engine.time_budget_s, engine.clock.monotonic() + MIN_ACTOR_S)
         turn_messages: list[Message] = []  # the tool rounds of this turn, saved before the reply
         actor_calls = 0
@@ -150,15 +174,15 @@ class ChatService:
                 parts.append(_actor_failed(exc))
                 return ChatResult(None, parts, list(step.saved_ids), actor_calls=actor_calls)
             calls = response.function_calls
-            runs_recall = retrieval is not None and bool(calls) and all(c.name == 'recall' for c in calls)
-            if not runs_recall:
+            runs_tools = bool(calls) and all(c.name in internal for c in calls)
+            if not runs_tools:
                 break
             if actor_calls > MAX_TOOL_ROUNDS:
                 # Still asking after every round was spent: keep its text, leave no unanswered call behind.
-                logger.warning('recall rounds exhausted', extra={'thread_id': thread_id, 'rounds': MAX_TOOL_ROUNDS})
+                logger.warning('tool rounds exhausted', extra={'thread_id': thread_id, 'rounds': MAX_TOOL_ROUNDS})
                 response = ModelResponse(text=response.text, model=response.model, usage=response.usage)
                 break
-            turn_messages.extend(self._recall_round(response, resource_id, thread_id, recall_scope))
+            turn_messages.extend(self._recall_round(response, resource_id, thread_id, recall_scope, working))
 
         reply = self._reply(response)
         saved = list(step.saved_ids)
@@ -170,22 +194,36 @@ class ChatService:
             parts.append({'type': 'data-om-reply-unsaved', 'data': {'error': exc.code, 'retryable': exc.retryable}})
             return ChatResult(reply, parts, saved, actor_calls=actor_calls)
         parts.extend(turn.parts)
-        if turn.scheduled:
-            parts.append({'type': 'data-om-scheduled', 'data': {'operations': list(turn.scheduled)}})
+        if self.semantic is not None:
+            self.semantic.schedule(resource_id, thread_id)  # embed this turn's messages, off the path
+        scheduled = list(turn.scheduled)
+        if title_after_turn(engine, resource_id, thread_id, turn.saved):
+            scheduled.append('title')
+        if scheduled:
+            parts.append({'type': 'data-om-scheduled', 'data': {'operations': scheduled}})
         stored = next((m for m in turn.saved if m.id == reply.id), reply)
         return ChatResult(stored, parts, [*saved, *(m.id for m in turn_messages), reply.id], actor_calls=actor_calls)
 
     # -- the recall tool --------------------------------------------------------------------------------------------
     def _recall_round(
-        self, response: ModelResponse, resource_id: str, thread_id: str, scope: Literal['thread', 'resource']
+        self,
+        response: ModelResponse,
+        resource_id: str,
+        thread_id: str,
+        scope: Literal['thread', 'resource'],
+        working: WorkingMemory | None = None,
     ) -> list[Message]:
-        """Run the response's recall calls: the assistant tool-call message and the tool-result message."""
+        """Run the response's tool calls (recall, updateWorkingMemory): the assistant tool-call message and the
+        tool-result message."""
         call_parts: list[TextPart | ToolCallPart] = [TextPart(text=response.text)] if response.text else []
         result_parts: list[ToolResultPart] = []
         for call in response.function_calls:
             call_id = call.id or f'call_{uuid.uuid4().hex}'
             call_parts.append(ToolCallPart(tool_call_id=call_id, tool_name=call.name, args=call.args))
-            result, failed = self._run_recall(call, resource_id, thread_id, scope)
+            if call.name == WORKING_MEMORY_TOOL and working is not None:
+                result, failed = working.run_tool(call.args, resource_id, thread_id)
+            else:
+                result, failed = self._run_recall(call, resource_id, thread_id, scope)
             result_parts.append(
                 ToolResultPart(tool_call_id=call_id, tool_name=call.name, result=result, is_error=failed)
             )
@@ -199,6 +237,7 @@ class ChatService:
         self, call: FunctionCall, resource_id: str, thread_id: str, scope: Literal['thread', 'resource']
     ) -> tuple[dict[str, Any], bool]:
         """The tool's returns, or `{error}` (and True) for a call the model can correct or a failed read."""
+        retrieval = self.engine.settings.retrieval
         try:
             request = RecallRequest.from_args(call.args if isinstance(call.args, dict) else {})
             result = recall(
@@ -208,6 +247,8 @@ class ChatService:
                 current_thread_id=thread_id,
                 request=request,
                 scope=scope,
+                semantic=self.semantic if retrieval is not None and retrieval.vector else None,
+                obscure_thread_ids=self.engine.settings.obscure_thread_ids,
             )
             return result, False
         except InvalidInputError as exc:
@@ -215,6 +256,41 @@ class ChatService:
         except OMError as exc:
             logger.warning('recall failed', extra={'thread_id': thread_id, 'error': exc.code})
             return {'error': 'recall could not read the history right now; answer without it or try again'}, True
+
+    # -- semantic recall --------------------------------------------------------------------------------------------
+    def _semantic_recall(
+        self,
+        resource_id: str,
+        thread_id: str,
+        message: Message,
+        in_context: Sequence[Message],
+        parts: list[dict[str, Any]],
+    ) -> str:
+        """`semanticRecall`: earlier messages similar to the user's message, as a system-message section.
+
+        Messages already in the Actor's context are left out. A failure (the embedding model is down) costs the
+        Actor this context only: it is logged and reported as a `data-om-semantic-recall-failed` part.
+        """
+        settings = self.engine.settings.semantic_recall
+        query = embedding_text(message)
+        if self.semantic is None or settings is None or not query:
+            return ''
+        try:
+            recalled = self.semantic.recall_context(
+                resource_id,
+                thread_id,
+                query,
+                settings,
+                exclude_ids={m.id for m in in_context} | {message.id},
+                catch_up=False,  # what the thread's jobs have not indexed yet is in the Actor's context already
+            )
+        except OMError as exc:
+            logger.warning('semantic recall failed', extra={'thread_id': thread_id, 'error': exc.code})
+            parts.append(
+                {'type': 'data-om-semantic-recall-failed', 'data': {'error': exc.code, 'retryable': exc.retryable}}
+            )
+            return ''
+        return format_recalled(recalled, thread_id)
 
     # -- request and reply ------------------------------------------------------------------------------------------
     def _reply(self, response: ModelResponse) -> Message:

@@ -335,7 +335,40 @@ class WorkingMemoryConfig(_Doc):
     def _template_or_schema(self) -> WorkingMemoryConfig:
         if self.template is not None and self.json_schema is not None:
             raise ValueError('set either `template` or `schema`, not both (workingMemory takes one of them)')
+        if self.json_schema is not None:
+            _check_working_memory_schema(self.json_schema)
         return self
+
+
+def _check_working_memory_schema(schema: dict[str, Any]) -> None:
+    """Refuse a `workingMemory.schema` that is not a valid JSON Schema of an object (named problem and place)."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import validator_for
+
+    try:
+        validator_for(schema, default=Draft202012Validator).check_schema(schema)
+    except SchemaError as exc:
+        where = '/'.join(str(p) for p in exc.absolute_path)
+        raise ValueError(
+            f'workingMemory.schema is not a valid JSON Schema: {exc.message}' + (f' (at {where})' if where else '')
+        ) from exc
+    declared = schema.get('type')
+    if declared is not None and declared != 'object' and not (isinstance(declared, list) and 'object' in declared):
+        raise ValueError('workingMemory.schema must describe a JSON object (type "object")')
+    # Nothing is fetched at run time: a `$ref` must point into the schema itself.
+    pending: list[Any] = [schema]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, Mapping):
+            ref = node.get('$ref')
+            if isinstance(ref, str) and not ref.startswith('#'):
+                raise ValueError(
+                    f'workingMemory.schema: only local references ("#/...") are supported, got $ref {ref!r}'
+                )
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
 
 
 class MessageRange(_Doc):

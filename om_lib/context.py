@@ -647,6 +647,12 @@ def retrieval_instructions(scope: str = 'resource') -> str:
     return _RETRIEVAL_THREAD + (_RETRIEVAL_RESOURCE_EXTRA if scope == 'resource' else '')
 
 
+def _other_conversations_message(blocks: str) -> str:
+    return (
+        f'{_OTHER_CONVERSATIONS_INTRO}\nSTART_OTHER_CONVERSATIONS_BLOCK\n{blocks.strip()}\nEND_OTHER_CONVERSATIONS_BLOCK'
+    )
+
+
 def build_observation_system_messages(
     observations: str,
     *,
@@ -675,17 +681,16 @@ def build_observation_system_messages(
     Returns:
         The messages; empty when there are no observations.
     """
+    has_others = bool(other_conversations and other_conversations.strip())
     if not observations.strip():
-        return []
+        # Resource scope before the first observation: what was said in other threads still reaches the Actor.
+        return [_other_conversations_message(other_conversations or '')] if has_others else []
     preamble = f'{_CONTEXT_PROMPT}\n\n{_CONTEXT_INSTRUCTIONS}'
     if retrieval:
         preamble += f'\n\n{retrieval_instructions(retrieval_scope)}'
     messages = [preamble]
-    if other_conversations and other_conversations.strip():
-        messages.append(
-            f'{_OTHER_CONVERSATIONS_INTRO}\nSTART_OTHER_CONVERSATIONS_BLOCK\n'
-            f'{other_conversations.strip()}\nEND_OTHER_CONVERSATIONS_BLOCK'
-        )
+    if has_others:
+        messages.append(_other_conversations_message(other_conversations or ''))
     if retrieval:
         processed = render_observation_groups_for_reflection(observations) or observations
     else:

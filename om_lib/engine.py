@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from om_lib import buffering
 from om_lib import context as ctx
 from om_lib import observer as obs
 from om_lib import parts as om_parts
 from om_lib import reflector as refl
+from om_lib.buffer_engine import ThreadBuffering
 from om_lib.config import OMConfig, ResolvedOMConfig
 from om_lib.errors import (
-    ConfigError,
     DeadlineExceededError,
     InvalidInputError,
     ModelError,
@@ -38,6 +39,7 @@ from om_lib.messages import Message, TextPart, ToolCallPart, ToolResultPart, iso
 from om_lib.model_router import ModelRouter
 from om_lib.ports import BlobReader, Clock, MemoryStore
 from om_lib.records import Lease, ObservationGroup, OMRecord, Thread, record_key
+from om_lib.resource_engine import ResourceScope
 from om_lib.tokens import TokenCounter
 from om_lib.work import BackgroundWork, Job
 
@@ -110,10 +112,6 @@ class MemoryEngine:
     ) -> None:
         self.config = config
         self.settings: ResolvedOMConfig = config.resolved()
-        if self.settings.enabled and self.settings.scope == 'resource':
-            # Resource scope needs cross-thread context, per-thread attribution and per-thread erase; until that
-            # lands, refusing it at start-up beats serving a memory that silently behaves like thread scope.
-            raise ConfigError("scope: 'resource' is not supported by this build yet; use scope: 'thread'")
         self.store = store
         self.router = router
         self.counter = counter
@@ -124,6 +122,14 @@ class MemoryEngine:
         # With somewhere to send background work, reflection runs in the workflow (never inside a request) and an
         # observation that would overrun the request's time budget is deferred to the worker.
         self.work = work
+        # Async buffering needs somewhere to run the background Observer/Reflector. Without it (a library user, unit
+        # tests) the engine observes and reflects synchronously at the thresholds, as with `bufferTokens: false`.
+        thread_scope = self.settings.enabled and self.settings.scope == 'thread' and work is not None
+        self.buffering = bool(thread_scope and self.settings.async_observation_enabled)
+        self.buffering_reflection = bool(thread_scope and self.settings.async_reflection_enabled)
+        self._buffer = ThreadBuffering(self) if self.buffering or self.buffering_reflection else None
+        # Resource scope: one memory for all of a resource's threads (om_lib/resource_engine.py).
+        self._resource = ResourceScope(self) if self.settings.scope == 'resource' else None
 
     # ------------------------------------------------------------------------------------------------------------
     # Public operations
@@ -137,8 +143,14 @@ class MemoryEngine:
         now = self.clock.now()
         incoming = [self.counter.with_token_counts(m) for m in _drop_engine_text(new_messages)]
         # Thread scope: the store can hand back the OM head with the append (one call instead of two per step).
+        # Resource scope: the append lists the thread among the resource's pending ones (same write).
         appended = self.store.append_messages(
-            resource_id, thread_id, incoming, now=now, include_record=self.settings.scope == 'thread'
+            resource_id,
+            thread_id,
+            incoming,
+            now=now,
+            include_record=self.settings.scope == 'thread',
+            mark_pending=self._resource is not None and self.settings.enabled,
         )
         parts: list[dict[str, Any]] = []
 
@@ -151,6 +163,10 @@ class MemoryEngine:
             )
 
         try:
+            if self._resource is not None:
+                return self._resource.after_append(
+                    resource_id, thread_id, appended, deadline, step_number, parts, cycle_start=now
+                )
             return self._after_append(resource_id, thread_id, appended, deadline, step_number, parts)
         except Exception as exc:  # noqa: BLE001 - the input is saved: trouble goes into the 200 answer (CONTRACT §2)
             logger.exception('memory update failed after the step was saved', extra={'thread_id': thread_id})
@@ -177,7 +193,10 @@ class MemoryEngine:
         pending = self.counter.count_messages(unobserved)
         threshold = self._message_threshold(record)
 
-        if unobserved and pending >= threshold and not _has_pending_tool_call(unobserved):
+        if self.buffering:
+            assert self._buffer is not None
+            record, thread, unobserved = self._buffer.step(record, thread, unobserved, deadline, parts)
+        elif unobserved and pending >= threshold and not _has_pending_tool_call(unobserved):
             record, thread = self._observe(record, thread, unobserved, deadline, parts)
             unobserved = self._load_unobserved(record, resource_id, thread_id)
         record = self._reflect_or_hand_off(record, thread_id, deadline, parts)
@@ -204,26 +223,48 @@ class MemoryEngine:
         """
         _check_ids(resource_id, thread_id)
         incoming = [self.counter.with_token_counts(m) for m in _drop_engine_text(outputs)]
-        appended = self.store.append_messages(resource_id, thread_id, incoming, now=self.clock.now())
+        appended = self.store.append_messages(
+            resource_id,
+            thread_id,
+            incoming,
+            now=self.clock.now(),
+            mark_pending=self._resource is not None and self.settings.enabled,
+        )
         scheduled: list[str] = []
+        turn_parts: list[dict[str, Any]] = []  # data-om-buffering-start of what this turn queued
         if self.work is not None and self.settings.enabled:
             record = self.store.get_record(self._key(resource_id, thread_id))
             if record is not None:
                 unobserved = self._load_unobserved(record, resource_id, thread_id)
                 pending = self.counter.count_messages(unobserved)
+                if self._resource is not None:
+                    pending = self._resource.pending_tokens(record, resource_id, thread_id)
+                due_at = self._message_threshold(record)
+                if self._buffer is not None and self.buffering:
+                    # Buffering: the turn queues the next slice. A full background observation is only for a backlog
+                    # past blockAfter that activation will not cover (the next step would otherwise block on it).
+                    record, queued = self._buffer.maybe_enqueue(record, thread_id, unobserved, pending, turn_parts)
+                    if queued:
+                        scheduled.append('buffer')
+                    due_at = self.settings.block_after or due_at
+                    if record.buffered_chunks:
+                        due_at = max(due_at, pending + 1)
                 if (
                     unobserved
-                    and pending >= self._message_threshold(record)
+                    and pending >= due_at
                     and not _has_pending_tool_call(unobserved)
                     and not _lease_active(record.observing, self.clock.now())
                 ):
                     if self._submit(Job('observe', resource_id, thread_id, record.key, 'threshold')):
                         scheduled.append('observe')
-                if self._reflection_due(record) and self._submit(
+                if self._buffer is not None and self.buffering_reflection:
+                    if self._buffer.maybe_start_reflection(record, thread_id, turn_parts)[1]:
+                        scheduled.append('reflect')
+                elif self._reflection_due(record) and self._submit(
                     Job('reflect', resource_id, thread_id, record.key, 'threshold')
                 ):
                     scheduled.append('reflect')
-        return TurnResult(saved=list(appended.messages), parts=[], scheduled=scheduled)
+        return TurnResult(saved=list(appended.messages), parts=turn_parts, scheduled=scheduled)
 
     def observe_now(
         self, resource_id: str, thread_id: str, *, deadline: float | None = None, reflect: bool = True
@@ -232,12 +273,18 @@ class MemoryEngine:
 
         Raises ThreadNotFoundError when the thread is gone (erased), so a late job writes nothing.
         """
+        limit = deadline if deadline is not None else self.clock.monotonic() + self.time_budget_s
+        if self._resource is not None:
+            return self._resource.observe_all(resource_id, thread_id, limit, reflect=reflect)
         parts: list[dict[str, Any]] = []
         thread = self.store.get_thread(resource_id, thread_id)
         if thread is None:
             raise ThreadNotFoundError(thread_id)
-        limit = deadline if deadline is not None else self.clock.monotonic() + self.time_budget_s
         record = self._get_or_create_record(resource_id, thread_id)
+        if self._buffer is not None and record.buffered_chunks:
+            # What is buffered becomes active first (no model call); only the rest is observed.
+            pending = self.counter.count_messages(self._load_unobserved(record, resource_id, thread_id))
+            record, thread, _ = self._buffer.activate(record, thread, pending, parts, everything=True)
         unobserved = self._load_unobserved(record, resource_id, thread_id)
         if unobserved and not _has_pending_tool_call(unobserved):
             record, _ = self._observe(record, thread, unobserved, limit, parts, can_defer=False)
@@ -248,6 +295,17 @@ class MemoryEngine:
     def run_job(self, job: Job, *, deadline: float | None = None) -> list[dict[str, Any]]:
         """Do one background job (the worker's entry point). Idempotent: finished or unneeded work is a no-op."""
         limit = deadline if deadline is not None else self.clock.monotonic() + WORKER_BUDGET_S
+        if job.kind == 'title':
+            from om_lib.titles import generate_title
+
+            generate_title(self, job.resource_id, job.thread_id, deadline=limit)
+            return []
+        if job.kind == 'buffer':
+            if self._buffer is None:
+                return []  # buffering was switched off since the job was queued; the threshold path observes
+            return self._buffer.run_buffer_job(job, limit)
+        if job.kind == 'reflect' and job.reason == 'buffer':
+            return self._run_buffered_reflection(job, limit)
         if job.kind == 'observe':
             _, parts = self.observe_now(job.resource_id, job.thread_id, deadline=limit, reflect=False)
             return parts
@@ -294,7 +352,7 @@ class MemoryEngine:
     def workflow_check(self, job: Job, owner: str) -> dict[str, Any]:
         """Is reflection due? If so take the `reflecting` lease for `owner` (the execution)."""
         record = self.store.get_record(job.record_key)
-        if record is None or not self._reflection_due(record):
+        if record is None or not self._job_due(job, record):
             return {'due': False}
         generation = record.generation
         leased = self._take_lease(
@@ -302,7 +360,7 @@ class MemoryEngine:
             'reflecting',
             owner,
             lambda cur: (
-                cur.generation == generation and self._reflection_due(cur.model_copy(update={'reflecting': None}))
+                cur.generation == generation and self._job_due(job, cur.model_copy(update={'reflecting': None}))
             ),
             # The workflow's reflect task may run for the worker's whole budget.
             deadline=self.clock.monotonic() + WORKER_BUDGET_S,
@@ -322,13 +380,25 @@ class MemoryEngine:
             return {'outcome': 'lease_lost'}
         limit = deadline if deadline is not None else self.clock.monotonic() + WORKER_BUDGET_S
         snapshot, tokens = record.active_observations, record.observation_tokens
-        try:
-            reflected, _ = self._run_ladder(snapshot, tokens, limit)
-        except refl.ReflectionNotSmallerError:
-            self._release_lease(record, 'reflecting', owner, reflection_stalled_at_tokens=tokens)
-            return {'outcome': 'not_smaller', 'inputTokens': tokens}
-        reflected_tokens = self.counter.count_observations(reflected)
         line_count = len(snapshot.split('\n'))
+        target, start_level, input_tokens = self.settings.observation_tokens, 0, tokens
+        if job.reason == 'buffer':
+            # A buffered reflection condenses the leading lines only, asking for a modest reduction (spec §12.5).
+            part = buffering.reflection_slice(
+                snapshot, tokens, self.settings.observation_tokens, self.settings.reflection_buffer_activation or 0.5
+            )
+            snapshot, line_count, input_tokens = part.text, part.line_count, part.input_tokens
+            target, start_level = part.target_tokens, 1
+        try:
+            reflected, _ = self._run_ladder(
+                snapshot, input_tokens, limit, target=target, start_level=start_level, skip_hints=start_level > 0
+            )
+        except refl.ReflectionNotSmallerError:
+            self._release_lease(
+                record, 'reflecting', owner, reflection_stalled_at_tokens=tokens, buffering_reflection=None
+            )
+            return {'outcome': 'not_smaller', 'inputTokens': input_tokens}
+        reflected_tokens = self.counter.count_observations(reflected)
 
         def stage(current: OMRecord) -> OMRecord | None:
             if (
@@ -341,7 +411,7 @@ class MemoryEngine:
                 update={
                     'buffered_reflection': reflected,
                     'buffered_reflection_tokens': reflected_tokens,
-                    'buffered_reflection_input_tokens': tokens,
+                    'buffered_reflection_input_tokens': input_tokens,
                     'reflected_line_count': line_count,
                 }
             )
@@ -349,7 +419,7 @@ class MemoryEngine:
         staged = self._commit(record, stage)
         if staged is None:
             return {'outcome': 'lease_lost'}
-        return {'outcome': 'reflected', 'inputTokens': tokens, 'tokens': reflected_tokens}
+        return {'outcome': 'reflected', 'inputTokens': input_tokens, 'tokens': reflected_tokens}
 
     def workflow_validate(self, job: Job, owner: str) -> dict[str, Any]:
         """The staged reflection must exist, be non-empty and be strictly smaller than what it replaces."""
@@ -371,6 +441,10 @@ class MemoryEngine:
         record = self._held(job, owner)
         if record is None:
             raise ReflectionRejectedError('the reflecting lease was lost before commit')
+        if job.reason == 'buffer':
+            # A buffered reflection stays staged: the step that finds observations past the threshold activates it.
+            self._release_lease(record, 'reflecting', owner, buffering_reflection=None)
+            return {'outcome': 'staged', 'tokens': record.buffered_reflection_tokens}
 
         def compose(current: OMRecord) -> str:
             return refl.merge_buffered_reflection(
@@ -395,8 +469,32 @@ class MemoryEngine:
             buffered_reflection_tokens=None,
             buffered_reflection_input_tokens=None,
             reflected_line_count=None,
+            buffering_reflection=None,
         )
         return {'released': True}
+
+    def _job_due(self, job: Job, record: OMRecord) -> bool:
+        if job.reason == 'buffer':
+            # The step that queued it marked the record (`buffering_reflection`); that mark is this job's own.
+            return self._buffer is not None and self._buffer.reflection_wanted(
+                record.model_copy(update={'buffering_reflection': None})
+            )
+        return self._reflection_due(record)
+
+    def _run_buffered_reflection(self, job: Job, deadline: float) -> list[dict[str, Any]]:
+        """The reflection workflow's steps in-process (a queue-only deployment; the local stack without SFN)."""
+        owner = f'job-{self._new_id()}'
+        if not self.workflow_check(job, owner).get('due'):
+            return []
+        try:
+            if self.workflow_reflect(job, owner, deadline=deadline).get('outcome') != 'reflected':
+                return []
+            self.workflow_validate(job, owner)
+            self.workflow_commit(job, owner)
+        except Exception:
+            self.workflow_release(job, owner)
+            raise
+        return []
 
     def _held(self, job: Job, owner: str) -> OMRecord | None:
         record = self.store.get_record(job.record_key)
@@ -411,18 +509,17 @@ class MemoryEngine:
             raise ThreadNotFoundError(thread_id)
         key = self._key(resource_id, thread_id)
         record = self.store.get_record(key)
-        now = self.clock.now()
         unobserved = (
             self._load_unobserved(record, resource_id, thread_id) if record else self._load_all(resource_id, thread_id)
         )
-        chunks = record.buffered_chunks if record else ()
+        pending = self.counter.count_messages(unobserved)
         return {
             'scope': self.settings.scope,
             'recordId': record.id if record else None,
             'generationCount': record.generation if record else 0,
             'observations': record.active_observations if record else '',
             'observationTokens': record.observation_tokens if record else 0,
-            'pendingMessageTokens': self.counter.count_messages(unobserved),
+            'pendingMessageTokens': pending,
             'thresholds': {
                 'messageTokens': self._message_threshold(record) if record else self.settings.max_message_threshold(),
                 'observationTokens': self.settings.observation_tokens,
@@ -430,21 +527,7 @@ class MemoryEngine:
             'currentTask': thread.current_task,
             'suggestedResponse': thread.suggested_response,
             'lastObservedAt': iso(record.last_observed_at) if record and record.last_observed_at else None,
-            'buffered': {
-                'observations': {
-                    'chunks': len(chunks),
-                    'messageTokens': sum(c.message_tokens for c in chunks),
-                    'observationTokens': sum(c.token_count for c in chunks),
-                    'status': _buffer_status(record.buffering_observation if record else None, bool(chunks), now),
-                },
-                'reflection': {
-                    'inputObservationTokens': (record.buffered_reflection_input_tokens or 0) if record else 0,
-                    'observationTokens': (record.buffered_reflection_tokens or 0) if record else 0,
-                    'status': _buffer_status(
-                        record.reflecting if record else None, bool(record and record.buffered_reflection), now
-                    ),
-                },
-            },
+            'buffered': _without_projection(self._buffered_windows(record, thread_id, pending)),
         }
 
     # ------------------------------------------------------------------------------------------------------------
@@ -590,6 +673,11 @@ class MemoryEngine:
         if leased is None:
             # Another request is observing (or already did): keep going with the raw messages.
             return self.store.get_record(record.key) or record, thread
+        if leased.cursor(thread_id) >= first_seq:
+            # Re-check after winning: a holder that finished meanwhile observed the start of this batch already.
+            messages = [m for m in messages if (m.seq or 0) > leased.cursor(thread_id)]
+            first_seq = messages[0].seq or 0
+            tokens = self.counter.count_messages(messages)
         parts.append(
             om_parts.observation_start(
                 cycle_id=cycle.cycle_id,
@@ -650,6 +738,9 @@ class MemoryEngine:
                     'groups': (*current.groups, group),
                     'observing': None,
                     'pending_message_tokens': 0,
+                    # Chunks of messages this observation covered are superseded by it.
+                    'buffered_chunks': tuple(c for c in current.buffered_chunks if c.start_seq > last_seq),
+                    'last_buffered_at_tokens': 0,
                 }
             )
 
@@ -814,12 +905,16 @@ class MemoryEngine:
             and bool(record.active_observations.strip())
             and record.reflection_stalled_at_tokens != record.observation_tokens
             and not _lease_active(record.reflecting, self.clock.now())
+            # A staged (buffered) reflection is activated by the next step, with no model call.
+            and not (self.buffering_reflection and record.buffered_reflection)
         )
 
     def _reflect_or_hand_off(
         self, record: OMRecord, thread_id: str, deadline: float, parts: list[dict[str, Any]]
     ) -> OMRecord:
         """Reflect inline, or (with background work) start the reflection workflow and carry on."""
+        if self._buffer is not None and self.buffering_reflection:
+            return self._buffer.reflection_step(record, thread_id, deadline, parts)
         if self.work is None:
             return self._maybe_reflect(record, thread_id, deadline, parts)
         if self._reflection_due(record):
@@ -924,6 +1019,10 @@ class MemoryEngine:
         snapshot_tokens: int,
         deadline: float,
         on_retry: Callable[[refl.RetryInfo], None] | None = None,
+        *,
+        target: int | None = None,
+        start_level: int = 0,
+        skip_hints: bool = False,
     ) -> tuple[str, str | None]:
         """Run the compression ladder on a snapshot of the log; returns (reflection, suggested response).
 
@@ -960,8 +1059,9 @@ class MemoryEngine:
             reflection_text,
             call=call,
             count=self.counter.count_observations,
-            target=self.settings.observation_tokens,
-            start_level=0,
+            target=target if target is not None else self.settings.observation_tokens,
+            start_level=start_level,
+            skip_continuation_hints=skip_hints,
             on_retry=on_retry,
             parse=lambda text: refl.parse_reflector_output(
                 text, sanitize=obs.sanitize_observation_lines, is_degenerate=obs.detect_degenerate_repetition
@@ -995,6 +1095,7 @@ class MemoryEngine:
                     'observation_tokens': tokens,
                     'groups': _reflection_groups(current, self._new_id()[:16], now),
                     'reflecting': None,
+                    'buffering_reflection': None,
                     'buffered_reflection': None,
                     'buffered_reflection_tokens': None,
                     'buffered_reflection_input_tokens': None,
@@ -1038,16 +1139,54 @@ class MemoryEngine:
     def _status_part(
         self, record: OMRecord, messages: list[Message], thread_id: str, step_number: int
     ) -> dict[str, Any]:
+        total = self.counter.count_messages(messages)
+        windows = self._buffered_windows(record, thread_id, total)
         return om_parts.status(
-            message_tokens=self.counter.count_messages(messages),
+            message_tokens=total,
             message_threshold=self._message_threshold(record),
             observation_tokens=record.observation_tokens,
             observation_threshold=self._observation_threshold_for_status(record),
+            buffered_chunks=windows['observations']['chunks'],
+            buffered_message_tokens=windows['observations']['messageTokens'],
+            projected_message_removal=windows['observations']['projectedMessageRemoval'],
+            buffered_observation_tokens=windows['observations']['observationTokens'],
+            buffered_observation_status=windows['observations']['status'],
+            reflection_input_tokens=windows['reflection']['inputObservationTokens'],
+            reflection_output_tokens=windows['reflection']['observationTokens'],
+            reflection_status=windows['reflection']['status'],
             record_id=record.id,
             thread_id=thread_id,
             step_number=step_number,
             generation_count=record.generation,
         )
+
+    def _buffered_windows(self, record: OMRecord | None, thread_id: str, pending: int) -> dict[str, Any]:
+        """The `buffered` windows of `data-om-status` and the memory view (seed 000, spec §7.10)."""
+        now = self.clock.now()
+        chunks = buffering.live_chunks(record.buffered_chunks, record.cursor(thread_id)) if record else ()
+        message_tokens = sum(c.message_tokens for c in chunks)
+        threshold = self.settings.max_message_threshold()
+        running_obs = record is not None and _lease_active(record.buffering_observation, now)
+        staged = bool(record and record.buffered_reflection)
+        running_refl = record is not None and (
+            _lease_active(record.buffering_reflection, now) or (_lease_active(record.reflecting, now) and not staged)
+        )
+        return {
+            'observations': {
+                'chunks': len(chunks),
+                'messageTokens': min(message_tokens, pending),
+                'projectedMessageRemoval': buffering.projected_removal(
+                    chunks, self.settings.buffer_activation, threshold, pending
+                ),
+                'observationTokens': sum(c.token_count for c in chunks),
+                'status': 'running' if running_obs else ('complete' if chunks else 'idle'),
+            },
+            'reflection': {
+                'inputObservationTokens': (record.buffered_reflection_input_tokens or 0) if record else 0,
+                'observationTokens': (record.buffered_reflection_tokens or 0) if record else 0,
+                'status': 'running' if running_refl else ('complete' if staged else 'idle'),
+            },
+        }
 
     def _observation_threshold_for_status(self, record: OMRecord) -> int:
         s = self.settings
@@ -1152,7 +1291,7 @@ def _lease_active(lease: Lease | None, now: datetime) -> bool:
     return lease is not None and lease.active(now)
 
 
-def _buffer_status(lease: Lease | None, has_result: bool, now: datetime) -> str:
-    if _lease_active(lease, now):
-        return 'running'
-    return 'complete' if has_result else 'idle'
+def _without_projection(windows: dict[str, Any]) -> dict[str, Any]:
+    """The memory view's `buffered` (CONTRACT §2) is the status windows without the projection."""
+    observations = {k: v for k, v in windows['observations'].items() if k != 'projectedMessageRemoval'}
+    return {**windows, 'observations': observations}

@@ -13,6 +13,12 @@ and merges the whole log). So the log cannot be cut group by group yet, and the 
 - deleting only unobserved messages touches no observations; buffered (not yet active) chunks that covered a deleted
   message are dropped, since they would otherwise bring its content back when activated.
 
+Resource scope keeps one log for every thread, with a `<thread id>` section per observation. Deleting observed
+messages of one thread (or erasing the thread) removes that thread's sections and its cursor in a new generation,
+and lists the thread as pending so what remains of it is observed again; once the log has been reflected the
+sections may have been condensed together, so then the whole resource memory is reset and every thread it had
+observed is pending again.
+
 Cloning carries the source's observations only when every observed group of the source lies inside the copied
 messages — for the same reason: without per-group text the log cannot be cut to a part of the history.
 """
@@ -25,10 +31,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from om_lib import resource_scope as rs
+from om_lib.config import SemanticRecallSettings
 from om_lib.errors import InvalidInputError, ThreadNotFoundError, VersionConflictError
 from om_lib.messages import Message
 from om_lib.ports import MemoryStore
 from om_lib.records import ObservationGroup, OMRecord, Thread, record_key
+from om_lib.semantic import SemanticMemory
+
+# `vectorSearchString` with vectors on but `semanticRecall` not configured: the seed's defaults.
+DEFAULT_SEMANTIC_RECALL = SemanticRecallSettings(top_k=4, before=1, after=1, scope='resource')
 
 DEFAULT_PER_PAGE = 40
 # Messages read per store call while walking a thread (skipping to a page, filtering by date, cloning).
@@ -111,18 +123,26 @@ def query_messages(
     date_range: DateRange | None = None,
     include: Sequence[Include] | None = None,
     vector_search_string: str | None = None,
+    semantic: SemanticMemory | None = None,
+    semantic_recall: SemanticRecallSettings | None = None,
 ) -> tuple[list[Message], bool]:
     """The seed's `recall()`: one page of the thread's messages (oldest first) plus the included ones.
 
     `per_page=None` asks for every message, `per_page=0` for the included messages only. `date_range` filters the
     paged messages on `createdAt` (both ends inclusive, either may be None). Each `include` adds that message and up
     to `with_previous` / `with_next` neighbours (by arrival order), whatever the page and the date range; the result
-    is de-duplicated and in arrival order. `has_more` is about the paged messages. Raises ThreadNotFoundError for a
-    missing thread (or one of another resource) and InvalidInputError for `vector_search_string` (vectors are not
-    enabled in this build).
+    is de-duplicated and in arrival order. `has_more` is about the paged messages.
+
+    `vector_search_string` (needs `semantic`, i.e. vectors on) adds the `topK` messages most similar to it, each with
+    `messageRange` neighbours, from the thread or — scope `'resource'`, the default — from every thread of the
+    resource (`semantic_recall`, else `DEFAULT_SEMANTIC_RECALL`). Messages of other threads come first (their
+    `thread_id` says where they are from), then the thread's own in arrival order. Raises ThreadNotFoundError for a
+    missing thread (or one of another resource) and InvalidInputError for `vector_search_string` without vectors.
     """
-    if vector_search_string is not None:
-        raise InvalidInputError('vector search is not enabled: semantic recall (vectorSearchString) is not configured')
+    if vector_search_string is not None and semantic is None:
+        raise InvalidInputError(
+            'vector search is not enabled: set semanticRecall or retrieval: {vector: true} to use vectorSearchString'
+        )
     if page < 0:
         raise InvalidInputError('page starts at 0')
     if per_page is not None and per_page < 0:
@@ -143,7 +163,17 @@ def query_messages(
             if after > 0:
                 newer = store.list_messages(resource_id, thread_id, after_seq=seq, limit=after)
                 by_id.update((m.id, m) for m in newer.messages)
-    return sorted(by_id.values(), key=lambda m: m.seq or 0), has_more
+    own = sorted(by_id.values(), key=lambda m: m.seq or 0)
+    if vector_search_string is None or semantic is None or not vector_search_string.strip():
+        return own, has_more
+    recalled = semantic.recall_context(
+        resource_id, thread_id, vector_search_string, semantic_recall or DEFAULT_SEMANTIC_RECALL
+    )
+    others = [m for m in recalled if m.thread_id not in (None, thread_id)]
+    for message in recalled:
+        if message.thread_id in (None, thread_id):
+            by_id.setdefault(message.id, message)
+    return [*others, *sorted(by_id.values(), key=lambda m: m.seq or 0)], has_more
 
 
 # -- cloning ------------------------------------------------------------------------------------------------------
@@ -288,8 +318,11 @@ def forget_messages(
     *,
     now: datetime,
     new_id: Callable[[], str] | None = None,
+    count: Callable[[str], int] | None = None,
 ) -> int:
     """Delete messages by id (`None`: clear the thread) and keep observational memory honest (module docstring).
+
+    `count` counts observation tokens (the engine's counter) for a resource log that keeps other threads' sections.
 
     Returns how many messages were deleted. Raises ThreadNotFoundError for a missing thread or one of another
     resource. Applies to the thread-scope record and, when one exists, to the resource-scope record (which then
@@ -305,7 +338,7 @@ def forget_messages(
     if doomed_seqs is not None and not doomed_seqs:
         return deleted
     keys = (record_key('thread', resource_id, thread_id), record_key('resource', resource_id, None))
-    resets = [_forget_in_record(store, key, thread_id, doomed_seqs, now, make_id) for key in keys]
+    resets = [_forget_in_record(store, key, thread_id, doomed_seqs, now, make_id, count) for key in keys]
     if any(resets):
         # The continuation hints were written from the same observations.
         thread = store.get_thread(resource_id, thread_id)
@@ -321,12 +354,18 @@ def _forget_in_record(
     doomed: list[int] | None,
     now: datetime,
     make_id: Callable[[], str],
+    count: Callable[[str], int] | None = None,
 ) -> bool:
     """Reset or trim one record after a deletion; True when its observations were reset."""
     for _ in range(_COMMIT_ATTEMPTS):
         head = store.get_record(key)
         if head is None:
             return False
+        if head.scope == 'resource':
+            try:
+                return _forget_in_resource_record(store, head, thread_id, doomed, now, make_id, count)
+            except VersionConflictError:
+                continue
         groups = [g for g in head.groups if g.thread_id == thread_id]
         if doomed is None:
             observed = head.cursor(thread_id) > 0 or bool(groups)
@@ -355,6 +394,62 @@ def _forget_in_record(
         except VersionConflictError:
             continue
     raise VersionConflictError(key, None)
+
+
+def erase_thread_from_resource_memory(
+    store: MemoryStore,
+    resource_id: str,
+    thread_id: str,
+    *,
+    now: datetime,
+    count: Callable[[str], int] | None = None,
+) -> bool:
+    """After a thread is erased: its sections and cursor leave the resource's memory (True when it had any)."""
+    key = record_key('resource', resource_id, None)
+    return _forget_in_record(store, key, thread_id, None, now, lambda: uuid.uuid4().hex, count)
+
+
+def _forget_in_resource_record(
+    store: MemoryStore,
+    head: OMRecord,
+    thread_id: str,
+    doomed: list[int] | None,
+    now: datetime,
+    make_id: Callable[[], str],
+    count: Callable[[str], int] | None,
+) -> bool:
+    cursor = head.cursor(thread_id)
+    if cursor == 0 or (doomed is not None and not any(s <= cursor for s in doomed)):
+        return False  # nothing observed from what was deleted
+    if head.origin == 'reflection':
+        # A reflection may have merged this thread's lines with others': start the resource memory over.
+        store.put_generation(_reset(head, now, make_id()), expected_version=head.version)
+        for other in head.cursors:
+            store.mark_pending(head.resource_id, other, now=now)
+        return True
+    text = rs.remove_thread_sections(
+        head.active_observations, {thread_id, rs.shown_thread_id(head.resource_id, thread_id)}
+    )
+    if count is not None:
+        tokens = count(text)
+    else:  # proportional estimate; the next observation recounts
+        tokens = head.observation_tokens * len(text) // max(1, len(head.active_observations))
+    trimmed = head.model_copy(
+        update={
+            'id': make_id(),
+            'generation': head.generation + 1,
+            'created_at': now,
+            'updated_at': now,
+            'active_observations': text,
+            'observation_tokens': tokens,
+            'cursors': {t: c for t, c in head.cursors.items() if t != thread_id},
+            'groups': tuple(g for g in head.groups if g.thread_id != thread_id),
+            'buffered_chunks': tuple(c for c in head.buffered_chunks if c.thread_id != thread_id),
+        }
+    )
+    store.put_generation(trimmed, expected_version=head.version)
+    store.mark_pending(head.resource_id, thread_id, now=now)
+    return True
 
 
 def _reset(head: OMRecord, now: datetime, record_id: str) -> OMRecord:

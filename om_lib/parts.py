@@ -183,3 +183,123 @@ def status(
             'generationCount': generation_count,
         },
     )
+
+
+def buffering_start(
+    *,
+    cycle_id: str,
+    operation: OperationType,
+    started_at: datetime,
+    tokens_to_buffer: int,
+    record_id: str,
+    thread_id: str,
+    thread_ids: list[str],
+    config: MarkerConfig,
+) -> DataPart:
+    """`data-om-buffering-start`: background buffering of an observation or reflection was started."""
+    return _part(
+        'buffering-start',
+        {
+            'cycleId': cycle_id,
+            'operationType': operation,
+            'startedAt': iso(started_at),
+            'tokensToBuffer': tokens_to_buffer,
+            'recordId': record_id,
+            'threadId': thread_id,
+            'threadIds': thread_ids,
+            'config': config.as_json(),
+        },
+    )
+
+
+def buffering_end(
+    *,
+    cycle_id: str,
+    operation: OperationType,
+    completed_at: datetime,
+    duration_ms: int,
+    tokens_buffered: int,
+    buffered_tokens: int,
+    observations: str | None,
+    record_id: str,
+    thread_id: str,
+) -> DataPart:
+    """`data-om-buffering-end`: the buffered content is stored, not yet active."""
+    data: dict[str, Any] = {
+        'cycleId': cycle_id,
+        'operationType': operation,
+        'completedAt': iso(completed_at),
+        'durationMs': duration_ms,
+        'tokensBuffered': tokens_buffered,
+        'bufferedTokens': buffered_tokens,
+        'recordId': record_id,
+        'threadId': thread_id,
+    }
+    if observations is not None:
+        data['observations'] = observations
+    return _part('buffering-end', data)
+
+
+def buffering_failed(
+    *,
+    cycle_id: str,
+    operation: OperationType,
+    failed_at: datetime,
+    duration_ms: int,
+    tokens_attempted: int,
+    error: str,
+    record_id: str,
+    thread_id: str,
+    reason: str = 'error',
+) -> DataPart:
+    """`data-om-buffering-failed`: background buffering failed (the threshold path falls back to observing)."""
+    return _part(
+        'buffering-failed',
+        {
+            'cycleId': cycle_id,
+            'operationType': operation,
+            'failedAt': iso(failed_at),
+            'durationMs': duration_ms,
+            'tokensAttempted': tokens_attempted,
+            'error': error,
+            'recordId': record_id,
+            'threadId': thread_id,
+            'reason': reason,
+        },
+    )
+
+
+def activation(
+    *,
+    cycle_id: str,
+    operation: OperationType,
+    activated_at: datetime,
+    chunks_activated: int,
+    tokens_activated: int,
+    observation_tokens: int,
+    messages_activated: int,
+    generation_count: int,
+    observations: str | None,
+    record_id: str,
+    thread_id: str,
+    config: MarkerConfig,
+    triggered_by: str = 'threshold',
+) -> DataPart:
+    """`data-om-activation`: buffered observations or a buffered reflection became active (no model call)."""
+    data: dict[str, Any] = {
+        'cycleId': cycle_id,
+        'operationType': operation,
+        'activatedAt': iso(activated_at),
+        'chunksActivated': chunks_activated,
+        'tokensActivated': tokens_activated,
+        'observationTokens': observation_tokens,
+        'messagesActivated': messages_activated,
+        'generationCount': generation_count,
+        'recordId': record_id,
+        'threadId': thread_id,
+        'config': config.as_json(),
+        'triggeredBy': triggered_by,
+    }
+    if observations is not None:
+        data['observations'] = observations
+    return _part('activation', data)

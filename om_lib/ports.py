@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from om_lib.llm import ModelRequest, ModelResponse
 from om_lib.messages import Message
-from om_lib.records import OMRecord, Thread
+from om_lib.records import OMRecord, Thread, WorkingMemoryRecord
 
 
 @runtime_checkable
@@ -89,6 +89,14 @@ class AttentionItem:
 
 
 @dataclass(frozen=True)
+class PendingThread:
+    """A thread of a resource with messages that the resource-scope record has not observed yet."""
+
+    thread_id: str
+    pending_since: datetime
+
+
+@dataclass(frozen=True)
 class ThreadPage:
     """A page of a resource's threads, oldest first; pass `next_cursor` back for the next page (None: no more)."""
 
@@ -115,6 +123,7 @@ class MemoryStore(Protocol):
         *,
         now: datetime,
         include_record: bool = False,
+        mark_pending: bool = False,
     ) -> AppendResult:
         """Store messages in the thread, creating the thread (owned by `resource_id`) if it does not exist.
 
@@ -124,7 +133,31 @@ class MemoryStore(Protocol):
         Raises ThreadNotFoundError when the thread belongs to another resource and MessageConflictError when an id is
         stored with other content; in both cases nothing is written. A thread that was erased starts over as a new
         thread (its old OM record stays gone). `include_record=True` also returns the thread-scope OM head (see
-        `AppendResult`).
+        `AppendResult`). `mark_pending=True` (resource scope) lists the thread among the resource's pending threads
+        (`list_pending_threads`) in the same write, keeping the time it first became pending.
+        """
+        ...
+
+    def list_pending_threads(self, resource_id: str, *, limit: int = 100) -> list[PendingThread]:
+        """The resource's threads marked pending, longest-pending first, at most `limit` (reads an index).
+
+        May lag an append made a moment ago (DynamoDB reads the index eventually consistently).
+        """
+        ...
+
+    def mark_pending(self, resource_id: str, thread_id: str, *, now: datetime) -> None:
+        """List a thread among the resource's pending ones (its observations were dropped and must be redone).
+
+        Does nothing for a thread that is gone or belongs to another resource.
+        """
+        ...
+
+    def clear_pending(self, resource_id: str, thread_id: str, *, observed_through: int) -> bool:
+        """Unmark a pending thread whose messages up to sequence `observed_through` are observed.
+
+        Does nothing (and returns False) when the thread has a later message, stored or being stored, so a message
+        that arrives during an observation keeps its thread pending, or when the thread is gone. True when the mark
+        was removed (or was not there).
         """
         ...
 
@@ -210,8 +243,11 @@ class MemoryStore(Protocol):
         """Generations of a key, newest first."""
         ...
 
-    def list_threads(self, resource_id: str, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
-        """A resource's threads, oldest first (by creation), `limit` per page; `cursor` continues a listing.
+    def list_threads(
+        self, resource_id: str, *, limit: int = 100, cursor: str | None = None, newest_first: bool = False
+    ) -> ThreadPage:
+        """A resource's threads, oldest first (by creation; `newest_first` reverses), `limit` per page; `cursor`
+        continues a listing in the same direction.
 
         May lag a thread created a moment ago (DynamoDB lists threads through an eventually consistent index).
         """
@@ -233,6 +269,23 @@ class MemoryStore(Protocol):
         """
         ...
 
+    def get_working_memory(self, resource_id: str, thread_id: str | None) -> WorkingMemoryRecord | None:
+        """The working memory of a resource (`thread_id=None`) or of one of its threads (thread scope), or None.
+
+        A thread that does not exist or belongs to another resource has none.
+        """
+        ...
+
+    def put_working_memory(self, memory: WorkingMemoryRecord, *, expected_version: int | None) -> WorkingMemoryRecord:
+        """Write working memory and return it with `version` bumped by one.
+
+        `expected_version=None` creates it and fails if it exists; otherwise the stored version must still be that
+        one. Raises VersionConflictError on a lost race (nothing written) and, in thread scope, ThreadNotFoundError
+        when the thread does not exist or belongs to another resource. Erasing the thread (thread scope) or the
+        resource erases it.
+        """
+        ...
+
     def list_attention(self, *, quiet_since: datetime, limit: int = 100) -> list[AttentionItem]:
         """Threads whose last activity (a stored message) is older than `quiet_since` and not yet cleared.
 
@@ -242,4 +295,87 @@ class MemoryStore(Protocol):
 
     def clear_attention(self, item: AttentionItem) -> None:
         """Remove the mark, unless the thread had new activity since `item` was listed (then it stays marked)."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Semantic search (retrieval: {vector: true}, semanticRecall)
+# ---------------------------------------------------------------------------------------------------------------------
+EmbeddingKind = Literal['document', 'query']
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns text into vectors (Gemini's embedding API in production, a local model or a hashing embedder offline).
+
+    `name` identifies the vector space (model and dimensions): vectors of different names are never compared.
+    """
+
+    name: str
+    dimensions: int
+
+    def embed(self, texts: Sequence[str], *, kind: EmbeddingKind, timeout_s: float) -> list[list[float]]:
+        """One vector per text, in order. `kind` is what the text is for (stored message or search query).
+
+        Must return within `timeout_s`. Raises ModelUnavailableError (transient) or ModelRequestError (permanent).
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class VectorEntry:
+    """A stored message's vector (unit length) in the index."""
+
+    message_id: str
+    seq: int
+    vector: Sequence[float]
+
+
+@dataclass(frozen=True)
+class VectorHit:
+    """A search result: which message of which thread, and its cosine similarity to the query."""
+
+    thread_id: str
+    message_id: str
+    seq: int
+    score: float
+
+
+class VectorIndex(Protocol):
+    """Message vectors kept per resource, searchable one resource (or one of its threads) at a time.
+
+    Implementations: `DynamoVectorIndex` (compact int8 vectors in the memory table, no vector database) and
+    `InMemoryVectorIndex`; S3 Vectors or OpenSearch could implement the same port. Every method keeps one resource's
+    vectors apart from another's; `space` is the embedder's `name` (vectors of another space are never returned).
+    """
+
+    def indexed_through(self, resource_id: str, thread_id: str, *, space: str) -> int:
+        """The highest `seq` of the thread that has been indexed (0: none). Messages up to it need no embedding."""
+        ...
+
+    def add(
+        self, resource_id: str, thread_id: str, entries: Sequence[VectorEntry], *, through_seq: int, space: str
+    ) -> bool:
+        """Store a batch of vectors covering the thread's messages up to `through_seq` (entries may be empty).
+
+        Idempotent: a batch that starts where one was already stored is not written again (returns False).
+        """
+        ...
+
+    def search(
+        self, resource_id: str, query: Sequence[float], *, space: str, top_k: int, thread_id: str | None = None
+    ) -> list[VectorHit]:
+        """The `top_k` most similar stored messages of the resource (or of one thread), best first."""
+        ...
+
+    def delete_messages(self, resource_id: str, thread_id: str, message_ids: Sequence[str] | None) -> int:
+        """Remove the vectors of these messages (`None`: every vector of the thread). Returns how many went."""
+        ...
+
+    def delete_resource(self, resource_id: str) -> None:
+        """Remove every vector of the resource."""
+        ...
+
+    def stats(self, resource_id: str) -> dict[str, int]:
+        """`{vectors, bytes, items}` stored for the resource (benchmarks and tests)."""
         ...

@@ -2,8 +2,8 @@
 
 Pure over the store: `recall(store, counter, ...)` answers exactly the seed's returns (camelCase keys) for
 `mode: "messages"` (paging from a cursor or from the start of a thread, low/high detail, `partIndex`, the token
-budget) and `mode: "threads"` (the resource's threads, newest activity first). `mode: "search"` needs semantic
-search (`retrieval: {vector: true}`), which this build does not offer yet.
+budget), `mode: "threads"` (the resource's threads, newest activity first) and `mode: "search"` (messages by
+semantic similarity to `query`, grouped by thread; needs `retrieval: {vector: true}` and a `SemanticMemory`).
 
 Paging follows the store's arrival order (`seq`), not client clocks. Scope `'thread'` keeps the tool inside the
 current thread; scope `'resource'` (the default) lets it list and browse every thread of the caller's resource and
@@ -14,8 +14,8 @@ never anything of another resource. Invalid input raises `InvalidInputError` wit
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -25,6 +25,8 @@ from om_lib.llm import FunctionDeclaration
 from om_lib.messages import FilePart, ImagePart, Message, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 from om_lib.observer import format_tool_result
 from om_lib.ports import MemoryStore
+from om_lib.resource_scope import ThreadIdCodec
+from om_lib.semantic import SearchResult, SemanticMemory
 from om_lib.threads import list_resource_threads
 from om_lib.tokens import TokenCounter
 
@@ -44,6 +46,7 @@ _READ_CHUNK = 200
 _MAX_THREADS_SEARCHED = 100
 
 SEARCH_UNAVAILABLE = 'semantic search needs retrieval: {vector: true}'
+DEFAULT_SEARCH_LIMIT = 10
 
 _MODES = ('messages', 'threads', 'search')
 _DETAILS = ('low', 'high')
@@ -202,13 +205,21 @@ _DESCRIPTION_THREAD = (
 )
 
 
-def recall_tool(scope: RecallScope = 'resource') -> FunctionDeclaration:
-    """The `recall` declaration offered to the Actor (thread scope leaves out cross-thread parameters)."""
+_DESCRIPTION_SEARCH = (
+    ' Use mode "search" with a query to find messages by meaning (not only by keywords); each result gives a '
+    'cursor to read around it.'
+)
+
+
+def recall_tool(scope: RecallScope = 'resource', *, vector: bool = False) -> FunctionDeclaration:
+    """The `recall` declaration offered to the Actor (thread scope leaves out cross-thread parameters; `search` is
+    described when `vector` search is on)."""
+    search = _DESCRIPTION_SEARCH if vector else ''
     if scope == 'resource':
-        return FunctionDeclaration(name='recall', description=_DESCRIPTION_RESOURCE, parameters=_PARAMETERS)
+        return FunctionDeclaration(name='recall', description=_DESCRIPTION_RESOURCE + search, parameters=_PARAMETERS)
     properties = {k: v for k, v in _PARAMETERS['properties'].items() if k not in ('threadId', 'before', 'after')}
     return FunctionDeclaration(
-        name='recall', description=_DESCRIPTION_THREAD, parameters={'type': 'object', 'properties': properties}
+        name='recall', description=_DESCRIPTION_THREAD + search, parameters={'type': 'object', 'properties': properties}
     )
 
 
@@ -222,7 +233,7 @@ def declaration_json(declaration: FunctionDeclaration) -> dict[str, Any]:
 
 def step_tools(retrieval: RetrievalSettings | None) -> list[dict[str, Any]]:
     """A step's `tools` (`POST /threads/{threadId}/steps`): the recall declaration when retrieval is on."""
-    return [declaration_json(recall_tool(retrieval.scope))] if retrieval is not None else []
+    return [declaration_json(recall_tool(retrieval.scope, vector=retrieval.vector))] if retrieval is not None else []
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -237,6 +248,8 @@ def recall(
     request: RecallRequest,
     scope: RecallScope = 'resource',
     max_tokens: int = DEFAULT_MAX_TOKENS,
+    semantic: SemanticMemory | None = None,
+    obscure_thread_ids: bool = False,
 ) -> dict[str, Any]:
     """Run one recall call and return the seed's returns for its mode (camelCase keys).
 
@@ -248,22 +261,100 @@ def recall(
         request: The call's parameters.
         scope: `'resource'` (browse every thread of the resource) or `'thread'` (the current thread only).
         max_tokens: Output budget; longer output is cut and flagged `truncated`.
+        semantic: Semantic search (mode "search"); None when `retrieval.vector` is off.
+        obscure_thread_ids: The model sees hashed thread ids (`obscureThreadIds`): answers show them, and a
+            `threadId` it passes back is resolved to the real thread of this resource.
 
     Raises:
         InvalidInputError: A bad cursor, thread, index, date or mode, with a message for the model.
     """
+    codec = ThreadIdCodec(resource_id, obscure_thread_ids)
+    if obscure_thread_ids and request.thread_id:
+        request = replace(request, thread_id=_real_thread_id(store, codec, request.thread_id))
     if request.mode == 'search':
-        raise InvalidInputError(SEARCH_UNAVAILABLE)
+        if semantic is None:
+            raise InvalidInputError(SEARCH_UNAVAILABLE)
+        return _search(semantic, counter, resource_id, current_thread_id, request, scope, max_tokens, codec.shown)
     if request.mode == 'threads':
-        return _list_threads(store, resource_id, current_thread_id, request, scope)
-    return _messages(store, counter, resource_id, current_thread_id, request, scope, max_tokens)
+        return _list_threads(store, resource_id, current_thread_id, request, scope, codec.shown)
+    return _messages(store, counter, resource_id, current_thread_id, request, scope, max_tokens, codec.shown)
+
+
+def _real_thread_id(store: MemoryStore, codec: ThreadIdCodec, shown: str) -> str:
+    """The resource's thread behind a shown id (unknown ids pass through and are refused as missing later)."""
+    if store.get_thread(codec.resource_id, shown) is not None:
+        return shown
+    threads, _ = list_resource_threads(store, codec.resource_id, per_page=None)
+    return codec.resolve(shown, (t.id for t in threads)) or shown
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Search mode
+# ---------------------------------------------------------------------------------------------------------------------
+def _search(
+    semantic: SemanticMemory,
+    counter: TokenCounter,
+    resource_id: str,
+    current_thread_id: str,
+    request: RecallRequest,
+    scope: RecallScope,
+    max_tokens: int,
+    show: Callable[[str], str] = str,
+) -> dict[str, Any]:
+    query = (request.query or '').strip()
+    if not query:
+        raise InvalidInputError('query is required for mode="search": describe what you are looking for')
+    limit = min(request.limit or DEFAULT_SEARCH_LIMIT, MAX_LIMIT)
+    results = semantic.search(resource_id, query, current_thread_id=current_thread_id, scope=scope, top_k=limit)
+    if not results:
+        return {'results': 'No matching messages found.', 'count': 0}
+    text, _, _ = _budget(
+        _render_results(semantic, counter, resource_id, current_thread_id, results, show), max_tokens, counter
+    )
+    return {'results': text, 'count': len(results)}
+
+
+def _render_results(
+    semantic: SemanticMemory,
+    counter: TokenCounter,
+    resource_id: str,
+    current_thread_id: str,
+    results: Sequence[SearchResult],
+    show: Callable[[str], str] = str,
+) -> str:
+    """Results grouped by thread (best thread first): title, id, then score, preview and cursor per message."""
+    groups: dict[str, list[SearchResult]] = {}
+    for result in results:
+        groups.setdefault(result.message.thread_id or current_thread_id, []).append(result)
+    lines: list[str] = []
+    for thread_id, hits in groups.items():
+        thread = semantic.store.get_thread(resource_id, thread_id)
+        title = (thread.title if thread else None) or '(untitled)'
+        marker = ' ← current' if thread_id == current_thread_id else ''
+        if lines:
+            lines.append('')
+        lines.append(f'### {title}{marker}')
+        lines.append(f'threadId: {show(thread_id)}')
+        for hit in hits:
+            message = hit.message
+            preview = ' '.join(p.text for p in format_message_parts(message, 'low', counter)) or '(no text)'
+            lines.append(
+                f'- score {hit.score:.2f} | {message.role} ({_timestamp(message.created_at)}) | '
+                f'cursor="{message.id}": {preview}'
+            )
+    return '\n'.join(lines)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Threads mode
 # ---------------------------------------------------------------------------------------------------------------------
 def _list_threads(
-    store: MemoryStore, resource_id: str, current_thread_id: str, request: RecallRequest, scope: RecallScope
+    store: MemoryStore,
+    resource_id: str,
+    current_thread_id: str,
+    request: RecallRequest,
+    scope: RecallScope,
+    show: Callable[[str], str] = str,
 ) -> dict[str, Any]:
     page = request.page or 0
     if page < 0:
@@ -288,7 +379,7 @@ def _list_threads(
     for thread in shown:
         marker = ' ← current' if thread.id == current_thread_id else ''
         lines.append(f'- **{thread.title or "(untitled)"}**{marker}')
-        lines.append(f'  id: {thread.id}')
+        lines.append(f'  id: {show(thread.id)}')
         lines.append(f'  updated: {_timestamp(thread.updated_at)} | created: {_timestamp(thread.created_at)}')
     return {'threads': '\n'.join(lines), 'count': len(shown), 'page': page, 'hasMore': len(threads) > start + limit}
 
@@ -325,6 +416,7 @@ def _messages(
     request: RecallRequest,
     scope: RecallScope,
     max_tokens: int,
+    show: Callable[[str], str] = str,
 ) -> dict[str, Any]:
     cursor = request.cursor
     if not cursor and not request.thread_id:
@@ -346,7 +438,9 @@ def _messages(
         page = _message_page(request.page)
         return _messages_result(hint, 0, cursor, page, _limit(request.limit), request.detail, False, False, False, 0)
 
-    anchor = _resolve_cursor(store, resource_id, target, cursor, scope, explicit_thread=request.thread_id is not None)
+    anchor = _resolve_cursor(
+        store, resource_id, target, cursor, scope, explicit_thread=request.thread_id is not None, show=show
+    )
     if request.part_index is not None:
         return _part(counter, anchor, cursor, request.part_index, max_tokens)
     return _from_cursor(store, counter, resource_id, anchor, cursor, request, max_tokens)
@@ -383,7 +477,14 @@ def parse_range(cursor: str) -> tuple[str, str] | None:
 
 
 def _resolve_cursor(
-    store: MemoryStore, resource_id: str, thread_id: str, cursor: str, scope: RecallScope, *, explicit_thread: bool
+    store: MemoryStore,
+    resource_id: str,
+    thread_id: str,
+    cursor: str,
+    scope: RecallScope,
+    *,
+    explicit_thread: bool,
+    show: Callable[[str], str] = str,
 ) -> Message:
     """The cursor's message within the allowed scope; never a message of another resource."""
     message_id = cursor.strip()
@@ -397,7 +498,8 @@ def _resolve_cursor(
         raise InvalidInputError('The requested cursor does not belong to the current thread')
     if explicit_thread:
         raise InvalidInputError(
-            f'The cursor "{cursor}" does not belong to thread {thread_id}; it is in thread {elsewhere.thread_id}. '
+            f'The cursor "{cursor}" does not belong to thread {show(thread_id)}; it is in thread '
+            f'{show(elsewhere.thread_id or "")}. '
             'Pass that threadId, or leave threadId out.'
         )
     return elsewhere

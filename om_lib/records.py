@@ -129,3 +129,18 @@ class OMRecord(_Model):
     def cursor(self, thread_id: str) -> int:
         """The last observed `seq` of a thread (0 when nothing was observed)."""
         return self.cursors.get(thread_id, 0)
+
+
+class WorkingMemoryRecord(_Model):
+    """A resource's (or, in thread scope, a thread's) working memory: Markdown text or a JSON object.
+
+    `thread_id` is None in resource scope. `version` is the optimistic lock: stores bump it on every write.
+    """
+
+    scope: Scope
+    resource_id: str
+    thread_id: str | None = None
+    format: Literal['markdown', 'json']
+    content: str | dict[str, Any]
+    updated_at: datetime
+    version: int = 0

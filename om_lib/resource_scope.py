@@ -23,6 +23,7 @@ from om_lib.observer import strip_thread_tags
 
 SHOWN_ID_HEX_CHARS = 12
 _SECTION = re.compile(r'<thread id="([^"]*)">\n?(.*?)\n?</thread>', re.DOTALL)
+_ANY_BOUNDARY = re.compile(r'\s*--- message boundary \(([0-9T:.\-]+Z)\) ---\s*')
 _DATE_LINE = re.compile(r'^Date: ([A-Z][a-z]+ \d{1,2}, \d{4})\s*$', re.MULTILINE)
 
 
@@ -97,6 +98,22 @@ def replace_or_append_thread_section(existing: str, section: str, last_observed_
     insert_at = tail.end() - len('</thread>')
     head = existing[:insert_at].rstrip('\n')
     return f'{head}\n{after_date}\n</thread>{existing[tail.end() :]}'
+
+
+def remove_thread_sections(text: str, shown_ids: set[str]) -> str:
+    """The log without the sections of the given threads (erase), and without the boundaries they leave dangling."""
+    kept = _SECTION.sub(lambda m: '' if m.group(1) in shown_ids else m.group(0), text)
+    chunks = [c.strip() for c in _ANY_BOUNDARY.split(kept)]
+    # BOUNDARY_RE captures the boundary time: chunks alternate text, time, text, time, ...
+    texts, times = chunks[0::2], chunks[1::2]
+    out = ''
+    for index, chunk in enumerate(texts):
+        if not chunk:
+            continue
+        if out:
+            out += ctx.message_boundary(datetime.fromisoformat(times[index - 1].replace('Z', '+00:00')))
+        out += chunk
+    return out
 
 
 # -- which threads to observe, in which batches --------------------------------------------------------------------

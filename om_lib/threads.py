@@ -24,12 +24,15 @@ def list_resource_threads(
     """One page of a resource's threads and whether more follow. `per_page=None` asks for all of them.
 
     Metadata filters compare the thread's metadata value as text (query strings are text). The store lists a
-    resource's threads through an index in creation order; ordering by `updatedAt` and filtering happen here, so
-    the cost grows with the resource's thread count (bounded by the index page size per call).
+    resource's threads through an index in creation order, so a page in creation order reads only the threads up
+    to that page; ordering by `updatedAt` and filtering happen here, and their cost grows with the resource's
+    thread count (bounded by the index page size per call).
     """
     if page < 0:
         raise ValueError('page starts at 0')
     wanted = dict(metadata or {})
+    if order_by == 'createdAt' and not wanted and per_page is not None:
+        return _page_in_creation_order(store, resource_id, page, per_page, newest_first=direction == 'DESC')
     threads: list[Thread] = []
     cursor: str | None = None
     while True:
@@ -42,6 +45,25 @@ def list_resource_threads(
     threads.sort(key=lambda t: (getattr(t, attr), t.id), reverse=direction == 'DESC')
     if per_page is None:
         return threads, False
+    start = page * per_page
+    return threads[start : start + per_page], len(threads) > start + per_page
+
+
+def _page_in_creation_order(
+    store: MemoryStore, resource_id: str, page: int, per_page: int, *, newest_first: bool
+) -> tuple[list[Thread], bool]:
+    """The index is in creation order: read only as far as the page asked for (plus one, to know if more follow)."""
+    wanted = (page + 1) * per_page + 1
+    threads: list[Thread] = []
+    cursor: str | None = None
+    while len(threads) < wanted:
+        chunk = store.list_threads(
+            resource_id, limit=min(PAGE_SIZE, wanted - len(threads)), cursor=cursor, newest_first=newest_first
+        )
+        threads.extend(chunk.threads)
+        cursor = chunk.next_cursor
+        if cursor is None:
+            break
     start = page * per_page
     return threads[start : start + per_page], len(threads) > start + per_page
 

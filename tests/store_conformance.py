@@ -17,7 +17,7 @@ from om_lib.errors import (
     VersionConflictError,
 )
 from om_lib.messages import Message
-from om_lib.records import Lease, OMRecord
+from om_lib.records import BufferedChunk, Lease, OMRecord
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -182,6 +182,44 @@ class StoreConformance:
         store.put_record(record(), expected_version=None)
         assert store.get_record('thread:r2/t1') is None
 
+    def test_buffered_chunks_round_trip_append_conditionally_and_carry_into_a_generation(self, store):
+        def chunk(n: int) -> BufferedChunk:
+            return BufferedChunk(
+                id=f'ombuf-{n}', cycle_id=f'buffer-obs-{n}', thread_id='t1', observations=f'* 🟡 (12:0{n}) chunk {n}',
+                token_count=6, message_ids=(f'm{n}',), message_tokens=40, start_seq=n, end_seq=n,
+                last_observed_at=T0, created_at=T0, current_task='Primary: tea', suggested_response=None,
+            )  # fmt: skip
+
+        hint = Lease(owner='buffer-obs-1', expires_at=T0 + timedelta(minutes=2))
+        head = store.put_record(
+            record(buffered_chunks=(chunk(1),), last_buffered_at_tokens=40, buffering_observation=hint),
+            expected_version=None,
+        )
+        assert store.get_record('thread:r1/t1') == head
+        # Two workers append a chunk from the same version: one wins, the other must re-read (no lost chunk).
+        appended = head.model_copy(update={'buffered_chunks': (*head.buffered_chunks, chunk(2))})
+        second = store.put_record(appended, expected_version=head.version)
+        with pytest.raises(VersionConflictError):
+            store.put_record(
+                head.model_copy(update={'buffered_chunks': (*head.buffered_chunks, chunk(9))}),
+                expected_version=head.version,
+            )
+        staged = store.put_record(
+            second.model_copy(
+                update={
+                    'buffered_reflection': '* condensed',
+                    'buffered_reflection_tokens': 3,
+                    'buffered_reflection_input_tokens': 20,
+                    'reflected_line_count': 4,
+                }
+            ),
+            expected_version=second.version,
+        )
+        assert store.get_record('thread:r1/t1') == staged
+        new = staged.model_copy(update={'id': 'rec-2', 'generation': 1, 'buffered_reflection': None})
+        store.put_generation(new, expected_version=staged.version)
+        assert [c.id for c in store.get_record('thread:r1/t1').buffered_chunks] == ['ombuf-1', 'ombuf-2']
+
     # -- added with the DynamoDB store: behaviour every store must share -------------------------------------------
     def test_same_id_twice_in_one_call_with_other_content_writes_nothing(self, store):
         with pytest.raises(MessageConflictError):
@@ -204,6 +242,46 @@ class StoreConformance:
         assert [t.id for t in first.threads] == ['t0', 't1'] and first.next_cursor is not None
         rest = store.list_threads('r1', limit=2, cursor=first.next_cursor)
         assert [t.id for t in rest.threads] == ['t2'] and rest.next_cursor is None
+
+    def test_list_threads_newest_first_pages_backwards(self, store):
+        for i in range(3):
+            store.append_messages('r1', f't{i}', [msg(f'm{i}')], now=T0 + timedelta(minutes=i))
+        store.append_messages('r2', 'other', [msg('x')], now=T0 + timedelta(minutes=9))
+        first = store.list_threads('r1', limit=2, newest_first=True)
+        assert [t.id for t in first.threads] == ['t2', 't1'] and first.next_cursor is not None
+        rest = store.list_threads('r1', limit=2, cursor=first.next_cursor, newest_first=True)
+        assert [t.id for t in rest.threads] == ['t0'] and rest.next_cursor is None
+
+    def test_pending_threads_are_marked_by_append_and_cleared_once_observed(self, store):
+        # Given appends in three threads of r1 (two marked pending) and one of r2
+        store.append_messages('r1', 'a', [msg('a1')], now=T0, mark_pending=True)
+        store.append_messages('r1', 'b', [msg('b1')], now=T0 + timedelta(minutes=1), mark_pending=True)
+        store.append_messages('r1', 'quiet', [msg('q1')], now=T0)
+        store.append_messages('r2', 'c', [msg('c1')], now=T0, mark_pending=True)
+        # A later append keeps the time the thread first became pending
+        store.append_messages('r1', 'a', [msg('a2')], now=T0 + timedelta(minutes=5), mark_pending=True)
+        pending = store.list_pending_threads('r1')
+        assert [(p.thread_id, p.pending_since) for p in pending] == [('a', T0), ('b', T0 + timedelta(minutes=1))]
+        assert [p.thread_id for p in store.list_pending_threads('r1', limit=1)] == ['a']
+        assert [p.thread_id for p in store.list_pending_threads('r2')] == ['c']
+        # When a's first message only is observed, a stays pending; when both are, it is cleared
+        assert store.clear_pending('r1', 'a', observed_through=1) is False
+        assert store.clear_pending('r1', 'a', observed_through=2) is True
+        assert [p.thread_id for p in store.list_pending_threads('r1')] == ['b']
+        # Another resource cannot clear it, an erased thread leaves the list, and nothing is created for either
+        assert store.clear_pending('r2', 'b', observed_through=99) is False
+        store.delete_thread('r1', 'b')
+        assert store.list_pending_threads('r1') == []
+        assert store.clear_pending('r1', 'b', observed_through=99) is False
+        assert store.get_thread('r1', 'b') is None
+        # Marking again (observations dropped) works for a live thread only, and keeps an earlier time
+        store.mark_pending('r1', 'a', now=T0 + timedelta(hours=1))
+        store.mark_pending('r1', 'b', now=T0)
+        store.mark_pending('r2', 'a', now=T0)
+        assert [(p.thread_id, p.pending_since) for p in store.list_pending_threads('r1')] == [
+            ('a', T0 + timedelta(hours=1))
+        ]
+        assert store.get_thread('r1', 'b') is None and [p.thread_id for p in store.list_pending_threads('r2')] == ['c']
 
     def test_delete_thread_erases_it_and_refuses_late_work(self, store):
         store.append_messages('r1', 't1', [msg('a'), msg('b')], now=T0)
@@ -379,3 +457,65 @@ class AttentionConformance:
         store.clear_attention(first['t2'])  # stale mark: t2 had new activity, it stays listed
         later = store.list_attention(quiet_since=T0 + timedelta(minutes=10))
         assert [i.thread_id for i in later] == ['t2']
+
+
+class WorkingMemoryConformance:
+    """Working memory: per resource (or per thread in thread scope), optimistic locking, erased with its owner."""
+
+    @staticmethod
+    def _wm(resource_id: str = 'r1', thread_id: str | None = None, content: object = 'hello', **update: object):
+        from om_lib.records import WorkingMemoryRecord
+
+        base = WorkingMemoryRecord(
+            scope='thread' if thread_id else 'resource',
+            resource_id=resource_id,
+            thread_id=thread_id,
+            format='json' if isinstance(content, dict) else 'markdown',
+            content=content,
+            updated_at=T0,
+        )
+        return base.model_copy(update=update)
+
+    def test_resource_working_memory_round_trips_with_versions(self, store):
+        assert store.get_working_memory('r1', None) is None
+        first = store.put_working_memory(self._wm(content={'name': 'Sam', 'tags': ['a']}), expected_version=None)
+        assert first.version == 1
+        got = store.get_working_memory('r1', None)
+        assert got == first and got.content == {'name': 'Sam', 'tags': ['a']} and got.format == 'json'
+        second = store.put_working_memory(self._wm(content='# Me'), expected_version=1)
+        assert second.version == 2 and store.get_working_memory('r1', None).content == '# Me'
+        assert store.get_working_memory('r2', None) is None
+
+    def test_working_memory_writes_are_conditional(self, store):
+        store.put_working_memory(self._wm(), expected_version=None)
+        with pytest.raises(VersionConflictError):
+            store.put_working_memory(self._wm(content='again'), expected_version=None)
+        with pytest.raises(VersionConflictError):
+            store.put_working_memory(self._wm(content='stale'), expected_version=7)
+        assert store.get_working_memory('r1', None).content == 'hello'
+
+    def test_thread_working_memory_needs_the_owner_and_is_kept_per_thread(self, store):
+        store.append_messages('r1', 't1', [msg('a')], now=T0)
+        store.append_messages('r1', 't2', [msg('b')], now=T0)
+        store.put_working_memory(self._wm(thread_id='t1', content='one'), expected_version=None)
+        assert store.get_working_memory('r1', 't1').content == 'one'
+        assert store.get_working_memory('r1', 't2') is None
+        assert store.get_working_memory('r2', 't1') is None
+        assert store.get_working_memory('r1', None) is None
+        with pytest.raises(ThreadNotFoundError):
+            store.put_working_memory(self._wm('r2', 't1', 'not yours'), expected_version=None)
+        with pytest.raises(ThreadNotFoundError):
+            store.put_working_memory(self._wm('r1', 'missing', 'x'), expected_version=None)
+
+    def test_erase_removes_working_memory(self, store):
+        store.append_messages('r1', 't1', [msg('a')], now=T0)
+        store.put_working_memory(self._wm(thread_id='t1', content='thread'), expected_version=None)
+        store.put_working_memory(self._wm(content='resource'), expected_version=None)
+        store.delete_thread('r1', 't1')
+        store.append_messages('r1', 't1', [msg('a')], now=T0)
+        assert store.get_working_memory('r1', 't1') is None
+        # The new incarnation starts without one and may create it.
+        assert store.put_working_memory(self._wm(thread_id='t1', content='new'), expected_version=None).version == 1
+        store.delete_resource('r1')
+        assert store.get_working_memory('r1', None) is None
+        assert store.get_working_memory('r1', 't1') is None

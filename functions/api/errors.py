@@ -17,6 +17,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 
 from functions._observability import logger
 from om_lib import errors as om
+from om_lib import working_memory as wm
 
 # Errors of the body as a whole that mean "absent or not a JSON object" (a model validator's error is a 422).
 _NOT_AN_OBJECT = frozenset({'missing', 'model_attributes_type', 'model_type', 'dict_type'})
@@ -63,6 +64,9 @@ _OM_ERRORS: tuple[tuple[type[om.OMError], int, str], ...] = (
     (om.NotFoundError, 404, 'not_found'),
     (om.MessageConflictError, 409, 'message_conflict'),
     (om.ThreadExistsError, 409, 'thread_exists'),
+    (wm.WorkingMemoryTooLargeError, 413, 'working_memory_too_large'),
+    (wm.InvalidWorkingMemoryError, 422, 'invalid_working_memory'),
+    (wm.WorkingMemoryDisabledError, 422, 'working_memory_disabled'),
     (om.VersionConflictError, 409, 'version_conflict'),
     (om.ErasedError, 409, 'erased'),
     (om.InvalidInputError, 422, 'invalid_input'),
@@ -87,7 +91,7 @@ def map_om_error(exc: om.OMError) -> tuple[int, str, str]:
     for cls, status, code in _OM_ERRORS:
         if isinstance(exc, cls):
             # Not-found, conflict and input messages are written for clients; model and config ones are not.
-            message = str(exc) if status in (404, 409, 422) and code not in _OM_MESSAGES else _OM_MESSAGES[code]
+            message = str(exc) if status in (404, 409, 413, 422) and code not in _OM_MESSAGES else _OM_MESSAGES[code]
             return status, code, message
     if isinstance(exc, om.StorageError) and exc.retryable:
         return 503, 'storage_unavailable', _OM_MESSAGES['storage_unavailable']
@@ -163,7 +167,7 @@ def register(app: Any) -> None:
         if status >= 500:
             logger.warning('request failed', extra={'error': exc.code, 'status': status}, exc_info=exc)
         headers = {'Retry-After': '5'} if status == 503 else None
-        return error_response(status, code, message, headers=headers)
+        return error_response(status, code, message, getattr(exc, 'details', ()), headers=headers)
 
     @app.exception_handler(Exception)
     def _unexpected(exc: Exception) -> Response:

@@ -10,7 +10,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _wiring
 from functions._observability import logger, metrics
-from functions.api import attachments, edge, errors, meta, recall_route, routes, threads
+from functions.api import attachments, edge, errors, meta, recall_route, routes, threads, working_memory_route
 
 app = APIGatewayRestResolver(enable_validation=True)
 app.include_router(routes.router)
@@ -18,6 +18,7 @@ app.include_router(threads.router)
 app.include_router(attachments.router)
 app.include_router(meta.router)
 app.include_router(recall_route.router)
+app.include_router(working_memory_route.router)
 errors.register(app)
 edge.install_not_found(app)
 

@@ -65,6 +65,9 @@ class StepsIn(_Model):
     resource_id: Id
     messages: list[MessageIn] = Field(max_length=MAX_MESSAGES_PER_REQUEST)
     step_number: int = Field(default=0, ge=0)
+    read_only: bool = Field(
+        default=False, description='Working memory is shown but `updateWorkingMemory` is not offered (this step).'
+    )
 
 
 class TurnsIn(_Model):
@@ -80,6 +83,9 @@ class ChatIn(_Model):
     resource_id: Id
     message: MessageIn | None = None
     content: str | None = None
+    read_only: bool = Field(
+        default=False, description='Working memory is shown but the Actor cannot change it (this request).'
+    )
 
     @model_validator(mode='after')
     def _one_input(self) -> ChatIn:

@@ -59,8 +59,10 @@ class RecallOut(_Model):
 
     `mode: "messages"`: `{messages, count, cursor, page, limit, detail, hasNextPage, hasPrevPage, truncated,
     tokenOffset}`. With `partIndex`: `{text, messageId, partIndex, role, type, truncated}`. `mode: "threads"`:
-    `{threads, count, page, hasMore}`.
+    `{threads, count, page, hasMore}`. `mode: "search"`: `{results, count}`.
     """
+
+    results: str | None = None
 
     messages: str | None = None
     count: int | None = None
@@ -87,8 +89,10 @@ class RecallOut(_Model):
     description=(
         'The recall tool over HTTP. `mode: "messages"` pages from `cursor` (or from the start of the thread); '
         '`partIndex` returns `{text, messageId, partIndex, role, type, truncated}`; `mode: "threads"` returns '
-        '`{threads, count, page, hasMore}`. 422 `retrieval_disabled` unless `retrieval` is on in the configuration, '
-        '422 `invalid_input` for a cursor, thread, part index or date the tool cannot use.'
+        '`{threads, count, page, hasMore}`; `mode: "search"` (with `retrieval: {vector: true}`) returns '
+        '`{results, count}`: messages similar in meaning to `query`, grouped by thread, each with a cursor. '
+        '422 `retrieval_disabled` unless `retrieval` is on in the configuration, 422 `invalid_input` for a cursor, '
+        'thread, part index or date the tool cannot use.'
     ),
     responses={**_ok(RecallOut), **_errors(400, 401, 403, 404, 413, 422, 500, 503)},
     tags=['memory'],
@@ -124,6 +128,9 @@ def post_recall(body: Annotated[RecallIn, Body()]):
         current_thread_id=body.thread_id,
         request=request,
         scope=retrieval.scope,
+        semantic=_wiring.semantic() if retrieval.vector else None,
+        # The same ids the Actor saw in `system` (hashed in resource scope by default); real ids work too.
+        obscure_thread_ids=engine.settings.obscure_thread_ids,
     )
     logger.info('recall', extra={'thread_id': body.thread_id, 'mode': body.mode, 'count': result.get('count')})
     return json_response(result)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Annotated, Any, Literal
 
@@ -34,12 +35,15 @@ from functions.api.models import (
     TurnsOut,
     message_json,
 )
+from om_lib import history
 from om_lib.chat import ChatService
 from om_lib.errors import ThreadNotFoundError
 from om_lib.messages import Message
-from om_lib.recall import step_tools
+from om_lib.recall import declaration_json, step_tools
 from om_lib.records import Thread
 from om_lib.threads import list_resource_threads
+from om_lib.titles import after_turn as title_after_turn
+from om_lib.working_memory import working_memory_of
 
 router = APIGatewayRouter()
 
@@ -102,6 +106,12 @@ def post_steps(threadId: ThreadId, body: Annotated[StepsIn, Body()]):
     messages = [m.to_message(now) for m in body.messages]
     started = time.perf_counter()
     step = engine.prepare_step(body.resource_id, threadId, messages, step_number=body.step_number)
+    system, tools = step.system, step_tools(engine.settings.retrieval)
+    working = working_memory_of(engine.settings.working_memory, engine.store, engine.clock)
+    if working is not None:
+        block = working.system_text(body.resource_id, threadId, read_only=body.read_only)
+        system = f'{system}\n\n{block}' if system.strip() else block
+        tools += [declaration_json(t) for t in working.tools(read_only=body.read_only)]
     metrics.add_metric(name='StepLatencyMs', unit=MetricUnit.Milliseconds, value=(time.perf_counter() - started) * 1e3)
     record_parts_metrics(step.parts)
     logger.info(
@@ -117,9 +127,9 @@ def post_steps(threadId: ThreadId, body: Annotated[StepsIn, Body()]):
         {
             'threadId': step.thread_id,
             'resourceId': step.resource_id,
-            'system': step.system,
+            'system': system,
             'messages': _messages_json(step.messages),
-            'tools': step_tools(engine.settings.retrieval),
+            'tools': tools,
             'parts': step.parts,
         }
     )
@@ -136,9 +146,15 @@ def post_turns(threadId: ThreadId, body: Annotated[TurnsIn, Body()]):
     engine = _wiring.engine()
     now = engine.clock.now()
     turn = engine.complete_turn(body.resource_id, threadId, [m.to_message(now) for m in body.messages])
+    semantic = _wiring.semantic()
+    if semantic is not None:
+        semantic.schedule(body.resource_id, threadId)  # embed the turn's messages in the background
     parts = list(turn.parts)
-    if turn.scheduled:
-        parts.append({'type': 'data-om-scheduled', 'data': {'operations': list(turn.scheduled)}})
+    scheduled = list(turn.scheduled)
+    if title_after_turn(engine, body.resource_id, threadId, turn.saved):
+        scheduled.append('title')
+    if scheduled:
+        parts.append({'type': 'data-om-scheduled', 'data': {'operations': scheduled}})
     record_parts_metrics(parts)
     logger.info('turn', extra={'thread_id': threadId, 'saved': len(turn.saved), 'scheduled': turn.scheduled})
     return json_response({'saved': [m.id for m in turn.saved], 'parts': parts})
@@ -157,7 +173,9 @@ def post_turns(threadId: ThreadId, body: Annotated[TurnsIn, Body()]):
 def post_chat(threadId: ThreadId, body: Annotated[ChatIn, Body()]):
     authorize(body.resource_id)
     engine = _wiring.engine()
-    result = ChatService(engine).chat(body.resource_id, threadId, body.user_message(engine.clock.now()))
+    result = ChatService(engine, semantic=_wiring.semantic()).chat(
+        body.resource_id, threadId, body.user_message(engine.clock.now()), read_only=body.read_only
+    )
     record_parts_metrics(result.parts)
     metrics.add_metric(name='ModelCalls', unit=MetricUnit.Count, value=result.actor_calls)
     logger.info('chat', extra={'thread_id': threadId, 'replied': result.reply is not None})
@@ -276,7 +294,20 @@ def list_threads(
 )
 def delete_thread(threadId: ThreadId, resourceId: ResourceIdQuery):
     authorize(resourceId)
-    _wiring.store().delete_thread(resourceId, threadId)
+    semantic = _wiring.semantic()
+    try:
+        _wiring.store().delete_thread(resourceId, threadId)
+    finally:  # also when it was erased before: a retry after a failed vector erase must still remove them
+        if semantic is not None:
+            semantic.erase_thread(resourceId, threadId)
+        # Resource scope: the thread's sections leave the shared memory too (a no-op without a resource record).
+        history.erase_thread_from_resource_memory(
+            _wiring.store(),
+            resourceId,
+            threadId,
+            now=datetime.now(UTC),
+            count=_wiring.engine().counter.count_observations,
+        )
     logger.info('thread erased', extra={'thread_id': threadId})
     return no_content()
 
@@ -290,5 +321,8 @@ def delete_thread(threadId: ThreadId, resourceId: ResourceIdQuery):
 def delete_resource(resourceId: ResourceIdPath):
     authorize(resourceId)
     _wiring.store().delete_resource(resourceId)
+    semantic = _wiring.semantic()
+    if semantic is not None:
+        semantic.erase_resource(resourceId)
     logger.info('resource erased')
     return no_content()

@@ -6,6 +6,7 @@ A thread of another resource reads as missing (404 `thread_not_found`); a taken 
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Annotated
 
@@ -39,6 +40,7 @@ from functions.api.thread_models import (
 )
 from om_lib import history
 from om_lib.errors import ThreadNotFoundError
+from om_lib.working_memory import WorkingMemory, working_memory_of
 
 router = APIGatewayRouter()
 
@@ -49,18 +51,51 @@ def _now():  # noqa: ANN202 - datetime
     return _wiring.engine().clock.now()
 
 
+WORKING_MEMORY_KEY = 'workingMemory'
+
+
+def _initial_working_memory(resource_id: str, thread_id: str, metadata: dict | None) -> tuple[dict | None, object]:
+    """Split `metadata.workingMemory` (seed 003: the initial working memory) off the metadata, checked first.
+
+    With working memory on, the value is validated before anything is written (a refused request writes nothing) and
+    is not kept in the metadata: it lives in working memory, where the Actor's updates go. Returns the metadata to
+    store and the update to apply (`...` for none).
+    """
+    engine = _wiring.engine()
+    working = working_memory_of(engine.settings.working_memory, engine.store, engine.clock)
+    if working is None or not metadata or WORKING_MEMORY_KEY not in metadata:
+        return metadata, ...
+    update = metadata[WORKING_MEMORY_KEY]
+    working.check(update, working.get(resource_id, thread_id).value)
+    return {k: v for k, v in metadata.items() if k != WORKING_MEMORY_KEY}, update
+
+
+def _apply_working_memory(resource_id: str, thread_id: str, update: object) -> None:
+    if update is ...:
+        return
+    engine = _wiring.engine()
+    working = working_memory_of(engine.settings.working_memory, engine.store, engine.clock)
+    assert isinstance(working, WorkingMemory)
+    working.update(resource_id, thread_id, update)
+
+
 @router.post(
     '/threads',
     summary='Create a thread',
-    description='An empty thread owned by `resourceId`. `id` is server-assigned when absent; a taken id is 409.',
+    description=(
+        'An empty thread owned by `resourceId`. `id` is server-assigned when absent; a taken id is 409. With working '
+        'memory on, `metadata.workingMemory` is the initial working memory (of the thread, or of the resource in '
+        'resource scope); it is validated first (422, nothing written) and not kept in the metadata.'
+    ),
     responses={**_ok(ThreadEnvelope, 201, 'Created'), **_errors(*_COMMON, 409)},
     tags=['threads'],
 )
 def create_thread(body: Annotated[ThreadCreateIn, Body()]):
     authorize(body.resource_id)
-    thread = _wiring.store().create_thread(
-        body.resource_id, body.id or str(uuid.uuid4()), title=body.title, metadata=body.metadata, now=_now()
-    )
+    thread_id = body.id or str(uuid.uuid4())
+    metadata, working_memory = _initial_working_memory(body.resource_id, thread_id, body.metadata)
+    thread = _wiring.store().create_thread(body.resource_id, thread_id, title=body.title, metadata=metadata, now=_now())
+    _apply_working_memory(body.resource_id, thread.id, working_memory)
     logger.info('thread created', extra={'thread_id': thread.id})
     return json_response({'thread': thread_json(thread)}, 201)
 
@@ -84,7 +119,9 @@ def get_thread(threadId: ThreadId, resourceId: ResourceIdQuery):
     summary='Update a thread’s title and metadata',
     description=(
         'Fields left out stay as they are. `metadata` replaces the stored object as a whole (send every key you want '
-        'to keep; `null` or `{}` empties it). `title: null` removes the title.'
+        'to keep; `null` or `{}` empties it). `title: null` removes the title. With working memory on, '
+        '`metadata.workingMemory` updates the working memory (as `PUT .../working-memory` does) and is not kept in '
+        'the metadata; an invalid one is refused (422) and nothing is written.'
     ),
     responses={**_ok(ThreadEnvelope), **_errors(*_COMMON, 404)},
     tags=['threads'],
@@ -96,11 +133,14 @@ def patch_thread(threadId: ThreadId, body: Annotated[ThreadPatchIn, Body()]):
     if thread is None:
         raise ThreadNotFoundError(threadId)
     update: dict[str, object] = {'updated_at': _now()}
+    working_memory: object = ...
     if 'title' in body.model_fields_set:
         update['title'] = body.title
     if 'metadata' in body.model_fields_set:
-        update['metadata'] = dict(body.metadata or {})
+        metadata, working_memory = _initial_working_memory(body.resource_id, threadId, body.metadata)
+        update['metadata'] = dict(metadata or {})
     updated = store.update_thread(thread.model_copy(update=update))
+    _apply_working_memory(body.resource_id, threadId, working_memory)
     return json_response({'thread': thread_json(updated)})
 
 
@@ -110,7 +150,8 @@ def patch_thread(threadId: ThreadId, body: Annotated[ThreadPatchIn, Body()]):
     description=(
         'Copies the messages (those in `dateRange`, then only the last `messageLimit`) into a new thread with new '
         'message ids. The clone’s metadata is the source’s plus `clonedFrom` naming the source; it starts with the '
-        'source’s observations when every observed message was copied.'
+        'source’s observations when every observed message was copied, and with the source’s working memory in '
+        'thread scope.'
     ),
     responses={**_ok(CloneOut, 201, 'Created'), **_errors(*_COMMON, 404, 409)},
     tags=['threads'],
@@ -127,6 +168,13 @@ def clone_thread(threadId: ThreadId, body: Annotated[ThreadCloneIn, Body()]):
         date_range=body.date_range.as_range() if body.date_range else None,
         now=_now(),
     )
+    engine = _wiring.engine()
+    working = working_memory_of(engine.settings.working_memory, engine.store, engine.clock)
+    if working is not None and working.scope == 'thread':
+        # Thread-scoped working memory goes with the clone (resource scope is shared already).
+        source = working.get(body.resource_id, threadId).value
+        if source is not None:
+            working.update(body.resource_id, thread.id, source)
     logger.info('thread cloned', extra={'thread_id': threadId, 'clone_id': thread.id, 'messages': len(cloned)})
     return json_response({'thread': thread_json(thread), 'clonedMessages': [message_json(m) for m in cloned]}, 201)
 
@@ -137,7 +185,9 @@ def clone_thread(threadId: ThreadId, body: Annotated[ThreadCloneIn, Body()]):
     description=(
         'A page of messages (oldest first; `perPage: false` for all, `0` for only the included ones), filtered by '
         '`dateRange` on `createdAt` (inclusive), plus each `include` message with its `withPreviousMessages` / '
-        '`withNextMessages` neighbours. `vectorSearchString` needs semantic recall, which is not enabled (422).'
+        '`withNextMessages` neighbours. `vectorSearchString` (with `semanticRecall` or `retrieval: {vector: true}`, '
+        'else 422) adds the `topK` messages closest in meaning, each with `messageRange` neighbours, from this '
+        'thread or (scope `resource`) all of the resource’s threads; other threads’ messages come first.'
     ),
     responses={**_ok(MessagesQueryOut), **_errors(*_COMMON, 404)},
     tags=['memory'],
@@ -153,6 +203,8 @@ def query_messages(threadId: ThreadId, body: Annotated[MessagesQueryIn, Body()])
         date_range=body.date_range.as_range() if body.date_range else None,
         include=[i.as_include() for i in body.include or ()],
         vector_search_string=body.vector_search_string,
+        semantic=_wiring.semantic(),
+        semantic_recall=_semantic_recall_settings(),
     )
     return json_response({'messages': [message_json(m) for m in messages], 'hasMore': has_more})
 
@@ -185,7 +237,23 @@ def delete_messages(
         )
     authorize(resource_id)
     deleted = history.forget_messages(
-        _wiring.store(), resource_id, threadId, body.message_ids if body else None, now=_now()
+        _wiring.store(),
+        resource_id,
+        threadId,
+        body.message_ids if body else None,
+        now=_now(),
+        count=_wiring.engine().counter.count_observations,
     )
+    semantic = _wiring.semantic()
+    if semantic is not None:
+        semantic.forget_messages(resource_id, threadId, body.message_ids if body else None)
     logger.info('messages deleted', extra={'thread_id': threadId, 'deleted': deleted})
     return no_content()
+
+
+def _semantic_recall_settings():  # noqa: ANN202 - SemanticRecallSettings | None
+    """`semanticRecall` as configured; with only `retrieval: {vector: true}`, the defaults in retrieval's scope."""
+    settings = _wiring.engine().settings
+    if settings.semantic_recall is not None or settings.retrieval is None:
+        return settings.semantic_recall
+    return dataclasses.replace(history.DEFAULT_SEMANTIC_RECALL, scope=settings.retrieval.scope)

@@ -1,4 +1,4 @@
-"""Buffer worker: SQS (FIFO, one message group per memory record) → `engine.run_job` for each observation job.
+"""Buffer worker: SQS (FIFO, one message group per memory record) → `engine.run_job` for each job (buffer, observe).
 
 Partial batch responses: only the records that failed are redelivered. A malformed body fails every time, so after
 the queue's maxReceiveCount it lands in the dead-letter queue for a human; a job whose thread was erased meanwhile
@@ -65,6 +65,9 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
     except (ValueError, KeyError, TypeError) as exc:
         logger.error('malformed job', message_id=record.message_id, error=str(exc))
         raise MalformedJobError(f'message {record.message_id} is not a job: {exc}') from exc
+    if job.kind == 'embed':
+        _run_embed_job(job, deadline)
+        return
     try:
         parts = _wiring.engine().run_job(job, deadline=deadline)
     except (ThreadNotFoundError, ErasedError):
@@ -74,7 +77,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
         logger.warning('job failed', record_key=job.record_key, kind=job.kind, retryable=exc.retryable, error=str(exc))
         raise
     record_parts_metrics(parts)
-    failed = [p['data'] for p in parts if p['type'] == 'data-om-observation-failed']
+    failed = [p['data'] for p in parts if p['type'] in ('data-om-observation-failed', 'data-om-buffering-failed')]
     if any(data.get('reason') in _RETRY_REASONS for data in failed):
         raise JobIncompleteError(f'{job.kind} of {job.record_key} failed: {failed[-1].get("error")}')
 
@@ -83,3 +86,17 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+
+
+def _run_embed_job(job: Job, deadline: float | None) -> None:
+    """Index a thread's new messages for semantic search (a failed embedding call is redelivered by SQS)."""
+    semantic = _wiring.semantic()
+    if semantic is None:
+        logger.info('semantic search is off; embed job dropped', record_key=job.record_key)
+        return
+    try:
+        added = semantic.index_thread(job.resource_id, job.thread_id, deadline=deadline)
+    except OMError as exc:
+        logger.warning('embed job failed', record_key=job.record_key, retryable=exc.retryable, error=str(exc))
+        raise
+    logger.info('thread indexed', record_key=job.record_key, vectors=added)

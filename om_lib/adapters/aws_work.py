@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import uuid
@@ -65,5 +66,9 @@ class AwsBackgroundWork:
             # A fresh id per job: FIFO de-duplication would drop a later job that covers newer messages, and jobs
             # are idempotent anyway (the worker re-reads the record).
             params['MessageDeduplicationId'] = uuid.uuid4().hex
+            if job.kind == 'buffer':
+                # A buffering job is one message range: the same slice sent twice within SQS's 5-minute window is
+                # dropped by the queue (the worker's conditional write makes a later duplicate a no-op too).
+                params['MessageDeduplicationId'] = hashlib.sha256(job.dedup_key.encode()).hexdigest()
         with aws_errors():
             self._client('sqs').send_message(**params)

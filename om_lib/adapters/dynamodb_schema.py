@@ -39,6 +39,13 @@ ATTN_PK = 'ATTNPK'
 ATTN_SK = 'ATTNSK'
 ATTENTION_SHARDS = 4
 
+# GSI: a resource's pending threads in resource scope (sparse: only thread items with messages the resource's record
+# has not observed; `PEND#<resource_id>`, `<pending since ISO>#<thread_id>`), so a step reads the threads that have
+# something to observe, never every thread of the resource. Keys only: the thread id and the time are in the keys.
+PENDING_INDEX = 'GSI3'
+PEND_PK = 'PENDPK'
+PEND_SK = 'PENDSK'
+
 # TTL attribute (epoch seconds). Only tombstones carry it; the CDK app enables TTL on it.
 TTL_ATTRIBUTE = 'expires_at'
 
@@ -50,6 +57,8 @@ ATTRIBUTE_DEFINITIONS: list[dict[str, str]] = [
     {'AttributeName': GSI1_SK, 'AttributeType': 'S'},
     {'AttributeName': ATTN_PK, 'AttributeType': 'S'},
     {'AttributeName': ATTN_SK, 'AttributeType': 'S'},
+    {'AttributeName': PEND_PK, 'AttributeType': 'S'},
+    {'AttributeName': PEND_SK, 'AttributeType': 'S'},
 ]
 KEY_SCHEMA: list[dict[str, str]] = [
     {'AttributeName': PK, 'KeyType': 'HASH'},
@@ -72,6 +81,11 @@ GLOBAL_SECONDARY_INDEXES: list[dict[str, Any]] = [
         'IndexName': ATTENTION_INDEX,
         'KeySchema': [{'AttributeName': ATTN_PK, 'KeyType': 'HASH'}, {'AttributeName': ATTN_SK, 'KeyType': 'RANGE'}],
         'Projection': {'ProjectionType': 'INCLUDE', 'NonKeyAttributes': ['resource_id']},
+    },
+    {
+        'IndexName': PENDING_INDEX,
+        'KeySchema': [{'AttributeName': PEND_PK, 'KeyType': 'HASH'}, {'AttributeName': PEND_SK, 'KeyType': 'RANGE'}],
+        'Projection': {'ProjectionType': 'KEYS_ONLY'},
     },
 ]
 

@@ -52,8 +52,8 @@ from om_lib.errors import (
     VersionConflictError,
 )
 from om_lib.messages import FilePart, ImagePart, Message
-from om_lib.ports import AppendResult, AttentionItem, Clock, MessagePage, ThreadPage
-from om_lib.records import OMRecord, Thread
+from om_lib.ports import AppendResult, AttentionItem, Clock, MessagePage, PendingThread, ThreadPage
+from om_lib.records import OMRecord, Thread, WorkingMemoryRecord
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -67,6 +67,7 @@ META = 'META'
 MSG = 'MSG#'
 GAP = 'GAP#'
 OMGEN = 'OMGEN#'
+WM = 'WM'  # working memory: in the thread partition (thread scope) or the resource partition (resource scope)
 
 # OM record fields that can grow without bound. They travel together as one JSON document (`om_big`), inline while
 # small and in S3 above `inline_head_max_bytes`; everything else (`om_small`) is a few hundred bytes. Lease changes
@@ -208,6 +209,7 @@ class DynamoMemoryStore:
         *,
         now: datetime,
         include_record: bool = False,
+        mark_pending: bool = False,
     ) -> AppendResult:
         """See `MemoryStore.append_messages`.
 
@@ -232,7 +234,7 @@ class DynamoMemoryStore:
                     raise MessageConflictError(message_id)
                 reusable[message_id] = stored
         count = len(unique) - len(reusable)
-        old = self._allocate(pk, resource_id, thread_id, count, now)
+        old = self._allocate(pk, resource_id, thread_id, count, now, mark_pending=mark_pending and count > 0)
         inc = _int(old, 'inc', 1) if old else 1
         first_seq = _int(old, 'next_seq') + 1 if old else 1
         created_thread = not old or 'created_at' not in old or 'erased_at' in old
@@ -559,7 +561,9 @@ class DynamoMemoryStore:
         page = tuple(self._message_from_item(i, resource_id, thread_id) for i in visible[:limit])
         return MessagePage(messages=page, has_more=has_more)
 
-    def list_threads(self, resource_id: str, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
+    def list_threads(
+        self, resource_id: str, *, limit: int = 100, cursor: str | None = None, newest_first: bool = False
+    ) -> ThreadPage:
         """See `MemoryStore.list_threads`: a Query of GSI1 (keys only, eventually consistent), then BatchGetItem."""
         kwargs: dict[str, Any] = {
             'TableName': self.table_name,
@@ -567,6 +571,7 @@ class DynamoMemoryStore:
             'KeyConditionExpression': f'{schema.GSI1_PK} = :g',
             'ExpressionAttributeValues': {':g': _s(_gsi_pk(resource_id))},
             'Limit': limit,
+            'ScanIndexForward': not newest_first,
         }
         if cursor:
             thread_id = cursor.split('#', 1)[1] if '#' in cursor else cursor
@@ -766,6 +771,64 @@ class DynamoMemoryStore:
                     break
         return sorted(items, key=lambda i: i.active_at)[:limit]
 
+    def list_pending_threads(self, resource_id: str, *, limit: int = 100) -> list[PendingThread]:
+        """See `MemoryStore.list_pending_threads`: one Query of the sparse pending index (eventually consistent)."""
+        with aws_errors():
+            response = self.ddb.query(
+                TableName=self.table_name,
+                IndexName=schema.PENDING_INDEX,
+                KeyConditionExpression='#ppk = :ppk',
+                ExpressionAttributeNames={'#ppk': schema.PEND_PK},
+                ExpressionAttributeValues={':ppk': _s(_pending_pk(resource_id))},
+                Limit=limit,
+            )
+        out: list[PendingThread] = []
+        for item in response.get('Items', []):
+            since, _, thread_id = (_str(item, schema.PEND_SK) or '').partition('#')
+            if since and thread_id:
+                out.append(PendingThread(thread_id=thread_id, pending_since=datetime.fromisoformat(since)))
+        return out
+
+    def mark_pending(self, resource_id: str, thread_id: str, *, now: datetime) -> None:
+        """See `MemoryStore.mark_pending` (conditional on the thread being the resource's live thread)."""
+        try:
+            self.ddb.update_item(
+                TableName=self.table_name,
+                Key=_key(_thread_pk(thread_id), META),
+                UpdateExpression='SET #ppk = :ppk, #psk = if_not_exists(#psk, :psk)',
+                ConditionExpression='resource_id = :r AND attribute_exists(created_at)',
+                ExpressionAttributeNames={'#ppk': schema.PEND_PK, '#psk': schema.PEND_SK},
+                ExpressionAttributeValues={
+                    ':r': _s(resource_id),
+                    ':ppk': _s(_pending_pk(resource_id)),
+                    ':psk': _s(f'{_iso(now)}#{thread_id}'),
+                },
+            )
+        except ClientError as exc:
+            if _is_conditional_failure(exc):
+                return  # gone, or another resource's
+            with aws_errors():
+                raise
+
+    def clear_pending(self, resource_id: str, thread_id: str, *, observed_through: int) -> bool:
+        """See `MemoryStore.clear_pending` (conditional: no sequence number allocated past `observed_through`)."""
+        try:
+            self.ddb.update_item(
+                TableName=self.table_name,
+                Key=_key(_thread_pk(thread_id), META),
+                UpdateExpression='REMOVE #ppk, #psk',
+                # Never creates an item: a thread that is gone (or another resource's) fails the condition.
+                ConditionExpression='resource_id = :r AND (attribute_not_exists(#ppk) OR next_seq <= :upto)',
+                ExpressionAttributeNames={'#ppk': schema.PEND_PK, '#psk': schema.PEND_SK},
+                ExpressionAttributeValues={':r': _s(resource_id), ':upto': _n(observed_through)},
+            )
+        except ClientError as exc:
+            if _is_conditional_failure(exc):
+                return False  # a later message (it stays pending), or the thread is gone
+            with aws_errors():
+                raise
+        return True
+
     def clear_attention(self, item: AttentionItem) -> None:
         """See `MemoryStore.clear_attention` (conditional on the mark being unchanged)."""
         try:
@@ -783,6 +846,79 @@ class DynamoMemoryStore:
             with aws_errors():
                 raise
 
+    # =================================================================================================================
+    # Working memory
+    # =================================================================================================================
+    def get_working_memory(self, resource_id: str, thread_id: str | None) -> WorkingMemoryRecord | None:
+        """See `MemoryStore.get_working_memory`: one GetItem (resource scope) or one BatchGetItem (META + WM)."""
+        if thread_id is None:
+            item = self._get(_resource_pk(resource_id), WM)
+            if item is None or _str(item, 'resource_id') != resource_id:
+                return None
+            return _working_memory_from_item(item, resource_id, None)
+        pk = _thread_pk(thread_id)
+        found = self._batch_get([(pk, META), (pk, WM)], by='SK')
+        meta, item = found.get(META), found.get(WM)
+        if not _is_live_thread(meta, resource_id) or item is None:
+            return None
+        assert meta is not None
+        if _str(item, 'resource_id') != resource_id or _int(item, 'inc', 1) != _int(meta, 'inc', 1):
+            return None  # left behind by an erased incarnation of the thread
+        return _working_memory_from_item(item, resource_id, thread_id)
+
+    def put_working_memory(self, memory: WorkingMemoryRecord, *, expected_version: int | None) -> WorkingMemoryRecord:
+        """See `MemoryStore.put_working_memory`: one conditional PutItem on `wm_version` (plus a GetItem of the
+        thread's META in thread scope, for ownership and the incarnation the item belongs to)."""
+        new_version = 1 if expected_version is None else expected_version + 1
+        stored = memory.model_copy(update={'version': new_version})
+        values: dict[str, Any] = {}
+        if memory.thread_id is None:
+            pk = _resource_pk(memory.resource_id)
+            inc = 1
+            condition = 'attribute_not_exists(wm_version)' if expected_version is None else 'wm_version = :ev'
+        else:
+            pk = _thread_pk(memory.thread_id)
+            meta = self._get(pk, META)
+            if not _is_live_thread(meta, memory.resource_id):
+                raise ThreadNotFoundError(memory.thread_id)
+            assert meta is not None
+            inc = _int(meta, 'inc', 1)
+            values[':inc'] = _n(inc)
+            values[':r'] = _s(memory.resource_id)
+            # An item of an erased incarnation counts as absent.
+            condition = (
+                'attribute_not_exists(wm_version) OR inc <> :inc'
+                if expected_version is None
+                else 'wm_version = :ev AND inc = :inc AND resource_id = :r'
+            )
+        if expected_version is not None:
+            values[':ev'] = _n(expected_version)
+        item: Item = {
+            **_key(pk, WM),
+            'resource_id': _s(memory.resource_id),
+            'inc': _n(inc),
+            'wm_version': _n(new_version),
+            'wm_scope': _s(memory.scope),
+            'wm_format': _s(memory.format),
+            'wm_doc': _s(_dumps(memory.content)),
+            'updated_at': _s(_iso(memory.updated_at)),
+        }
+        try:
+            self.ddb.put_item(
+                TableName=self.table_name,
+                Item=item,
+                ConditionExpression=condition,
+                **({'ExpressionAttributeValues': values} if values else {}),
+            )
+        except ClientError as exc:
+            if _is_conditional_failure(exc):
+                raise VersionConflictError(
+                    f'working-memory:{memory.resource_id}/{memory.thread_id}', expected_version
+                ) from exc
+            with aws_errors():
+                raise
+        return stored
+
     def delete_thread(self, resource_id: str, thread_id: str) -> None:
         """See `MemoryStore.delete_thread`.
 
@@ -794,7 +930,7 @@ class DynamoMemoryStore:
         pk = _thread_pk(thread_id)
         now = self.clock.now()
         remove = ['resource_id', 'created_at', 'updated_at', 'next_seq', schema.GSI1_PK, schema.GSI1_SK]
-        remove += [schema.ATTN_PK, schema.ATTN_SK]
+        remove += [schema.ATTN_PK, schema.ATTN_SK, schema.PEND_PK, schema.PEND_SK]
         remove += [*_THREAD_ATTRS, *_OM_ATTRS]
         try:
             response = self.ddb.update_item(
@@ -867,6 +1003,7 @@ class DynamoMemoryStore:
                 )
             ]
         )
+        self._delete_items([_key(pk, WM)])
         self.blobs.delete_prefix(resource_prefix(resource_id))
 
     # =================================================================================================================
@@ -877,9 +1014,34 @@ class DynamoMemoryStore:
         meta = found.pop(META, None)
         return meta, {sk[len(MSG) :]: item for sk, item in found.items()}
 
-    def _allocate(self, pk: str, resource_id: str, thread_id: str, count: int, now: datetime) -> Item:
+    def _allocate(
+        self, pk: str, resource_id: str, thread_id: str, count: int, now: datetime, *, mark_pending: bool = False
+    ) -> Item:
         """Reserve `count` sequence numbers; returns the thread item as it was before (empty when new)."""
         now_iso = _iso(now)
+        names = {
+            '#gpk': schema.GSI1_PK,
+            '#gsk': schema.GSI1_SK,
+            '#ttl': schema.TTL_ATTRIBUTE,
+            '#apk': schema.ATTN_PK,
+            '#ask': schema.ATTN_SK,
+        }
+        values = {
+            ':r': _s(resource_id),
+            ':now': _s(now_iso),
+            ':apk': _s(_attention_pk(thread_id)),
+            ':ask': _s(now_iso),
+            ':one': _n(1),
+            ':n': _n(count),
+            ':gpk': _s(_gsi_pk(resource_id)),
+            ':gsk': _s(f'{now_iso}#{thread_id}'),
+        }
+        pending = ''
+        if mark_pending:
+            # Resource scope: list the thread among the resource's pending ones, keeping when it first became so.
+            names |= {'#ppk': schema.PEND_PK, '#psk': schema.PEND_SK}
+            values |= {':ppk': _s(_pending_pk(resource_id)), ':psk': _s(f'{now_iso}#{thread_id}')}
+            pending = ', #ppk = :ppk, #psk = if_not_exists(#psk, :psk)'
         try:
             response = self.ddb.update_item(
                 TableName=self.table_name,
@@ -887,26 +1049,12 @@ class DynamoMemoryStore:
                 UpdateExpression=(
                     'SET resource_id = :r, created_at = if_not_exists(created_at, :now), updated_at = :now, '
                     'inc = if_not_exists(inc, :one), #gpk = if_not_exists(#gpk, :gpk), '
-                    '#gsk = if_not_exists(#gsk, :gsk), #apk = :apk, #ask = :ask ADD next_seq :n REMOVE erased_at, #ttl'
+                    f'#gsk = if_not_exists(#gsk, :gsk), #apk = :apk, #ask = :ask{pending} '
+                    'ADD next_seq :n REMOVE erased_at, #ttl'
                 ),
                 ConditionExpression='attribute_not_exists(resource_id) OR resource_id = :r',
-                ExpressionAttributeNames={
-                    '#gpk': schema.GSI1_PK,
-                    '#gsk': schema.GSI1_SK,
-                    '#ttl': schema.TTL_ATTRIBUTE,
-                    '#apk': schema.ATTN_PK,
-                    '#ask': schema.ATTN_SK,
-                },
-                ExpressionAttributeValues={
-                    ':r': _s(resource_id),
-                    ':now': _s(now_iso),
-                    ':apk': _s(_attention_pk(thread_id)),
-                    ':ask': _s(now_iso),
-                    ':one': _n(1),
-                    ':n': _n(count),
-                    ':gpk': _s(_gsi_pk(resource_id)),
-                    ':gsk': _s(f'{now_iso}#{thread_id}'),
-                },
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
                 ReturnValues='ALL_OLD',
             )
         except ClientError as exc:
@@ -1275,6 +1423,10 @@ def _gsi_pk(resource_id: str) -> str:
     return f'RES#{resource_id}'
 
 
+def _pending_pk(resource_id: str) -> str:
+    return f'PEND#{resource_id}'
+
+
 def _ms(dt: datetime) -> int:
     return int(dt.timestamp() * 1000)
 
@@ -1319,6 +1471,18 @@ def _thread_doc(thread: Thread) -> dict[str, Any]:
         'current_task': thread.current_task,
         'suggested_response': thread.suggested_response,
     }
+
+
+def _working_memory_from_item(item: Item, resource_id: str, thread_id: str | None) -> WorkingMemoryRecord:
+    return WorkingMemoryRecord(
+        scope='thread' if thread_id is not None else 'resource',
+        resource_id=resource_id,
+        thread_id=thread_id,
+        format='json' if _str(item, 'wm_format') == 'json' else 'markdown',
+        content=json.loads(_str(item, 'wm_doc') or '""'),
+        updated_at=datetime.fromisoformat(_str(item, 'updated_at') or '1970-01-01T00:00:00+00:00'),
+        version=_int(item, 'wm_version'),
+    )
 
 
 def _gap_item(pk: str, inc: int, seq: int, resource_id: str, written_ms: int) -> Item:

@@ -19,8 +19,8 @@ from om_lib.errors import (
     VersionConflictError,
 )
 from om_lib.messages import Message
-from om_lib.ports import AppendResult, AttentionItem, MessagePage, ThreadPage
-from om_lib.records import OMRecord, Thread
+from om_lib.ports import AppendResult, AttentionItem, MessagePage, PendingThread, ThreadPage
+from om_lib.records import OMRecord, Thread, WorkingMemoryRecord
 
 
 class _ThreadData:
@@ -43,6 +43,10 @@ class InMemoryStore:
         self._erased_keys: set[str] = set()
         # thread id -> (resource id, last activity): threads the sweeper should look at.
         self._attention: dict[str, tuple[str, datetime]] = {}
+        # thread id -> (resource id, pending since): resource-scope threads with unobserved messages.
+        self._pending: dict[str, tuple[str, datetime]] = {}
+        # (resource id, thread id or None for resource scope) -> working memory.
+        self._working: dict[tuple[str, str | None], WorkingMemoryRecord] = {}
 
     # -- threads and messages -------------------------------------------------------------------------------------
     def append_messages(
@@ -53,6 +57,7 @@ class InMemoryStore:
         *,
         now: datetime,
         include_record: bool = False,
+        mark_pending: bool = False,
     ) -> AppendResult:
         """See `MemoryStore.append_messages`."""
         with self._lock:
@@ -95,6 +100,8 @@ class InMemoryStore:
             if created:
                 data.thread = data.thread.model_copy(update={'updated_at': now})
                 self._attention[thread_id] = (resource_id, now)
+                if mark_pending:
+                    self._pending.setdefault(thread_id, (resource_id, now))
             record = self.get_record(f'thread:{resource_id}/{thread_id}') if include_record else None
             return AppendResult(
                 thread=data.thread,
@@ -194,15 +201,19 @@ class InMemoryStore:
                 selected.reverse()
             return MessagePage(messages=tuple(selected[:limit]), has_more=len(selected) > limit)
 
-    def list_threads(self, resource_id: str, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
+    def list_threads(
+        self, resource_id: str, *, limit: int = 100, cursor: str | None = None, newest_first: bool = False
+    ) -> ThreadPage:
         """See `MemoryStore.list_threads`. Cursors are `<created_at ISO>#<thread_id>`, as in the DynamoDB store."""
         with self._lock:
             owned = sorted(
                 (d.thread for d in self._threads.values() if d.thread.resource_id == resource_id),
                 key=_thread_order,
+                reverse=newest_first,
             )
             if cursor is not None:
-                owned = [t for t in owned if _thread_order(t) > cursor]
+                after = (lambda t: _thread_order(t) < cursor) if newest_first else (lambda t: _thread_order(t) > cursor)
+                owned = [t for t in owned if after(t)]
             page = owned[:limit]
             next_cursor = _thread_order(page[-1]) if len(owned) > limit else None
             return ThreadPage(threads=tuple(page), next_cursor=next_cursor)
@@ -264,9 +275,11 @@ class InMemoryStore:
                 raise ThreadNotFoundError(thread_id)
             del self._threads[thread_id]
             self._attention.pop(thread_id, None)
+            self._pending.pop(thread_id, None)
             key = f'thread:{resource_id}/{thread_id}'
             self._records.pop(key, None)
             self._erased_keys.add(key)
+            self._working.pop((resource_id, thread_id), None)
 
     def delete_resource(self, resource_id: str) -> None:
         """Remove everything stored for a resource; later writes to it are refused."""
@@ -276,10 +289,63 @@ class InMemoryStore:
             key = f'resource:{resource_id}'
             self._records.pop(key, None)
             self._erased_keys.add(key)
+            self._working.pop((resource_id, None), None)
+
+    # -- working memory -------------------------------------------------------------------------------------------
+    def get_working_memory(self, resource_id: str, thread_id: str | None) -> WorkingMemoryRecord | None:
+        """See `MemoryStore.get_working_memory`."""
+        with self._lock:
+            if thread_id is not None and self.get_thread(resource_id, thread_id) is None:
+                return None
+            return self._working.get((resource_id, thread_id))
+
+    def put_working_memory(self, memory: WorkingMemoryRecord, *, expected_version: int | None) -> WorkingMemoryRecord:
+        """See `MemoryStore.put_working_memory`."""
+        with self._lock:
+            key = (memory.resource_id, memory.thread_id)
+            if memory.thread_id is not None and self.get_thread(memory.resource_id, memory.thread_id) is None:
+                raise ThreadNotFoundError(memory.thread_id)
+            current = self._working.get(key)
+            if (current is None) != (expected_version is None) or (
+                current is not None and current.version != expected_version
+            ):
+                raise VersionConflictError(f'working-memory:{memory.resource_id}/{memory.thread_id}', expected_version)
+            stored = memory.model_copy(update={'version': (expected_version or 0) + 1})
+            self._working[key] = stored
+            return stored
 
     def _check_not_erased(self, record: OMRecord) -> None:
         if record.key in self._erased_keys:
             raise ErasedError(f'{record.key} was erased; late work is dropped')
+
+    # -- resource scope: pending threads ---------------------------------------------------------------------------
+    def list_pending_threads(self, resource_id: str, *, limit: int = 100) -> list[PendingThread]:
+        """See `MemoryStore.list_pending_threads`."""
+        with self._lock:
+            items = [
+                PendingThread(thread_id=tid, pending_since=since)
+                for tid, (rid, since) in self._pending.items()
+                if rid == resource_id
+            ]
+        return sorted(items, key=lambda p: (p.pending_since, p.thread_id))[:limit]
+
+    def mark_pending(self, resource_id: str, thread_id: str, *, now: datetime) -> None:
+        """See `MemoryStore.mark_pending`."""
+        with self._lock:
+            data = self._threads.get(thread_id)
+            if data is not None and data.thread.resource_id == resource_id:
+                self._pending.setdefault(thread_id, (resource_id, now))
+
+    def clear_pending(self, resource_id: str, thread_id: str, *, observed_through: int) -> bool:
+        """See `MemoryStore.clear_pending`."""
+        with self._lock:
+            data = self._threads.get(thread_id)
+            if data is None or data.thread.resource_id != resource_id:
+                return False
+            if data.next_seq - 1 > observed_through:
+                return False
+            self._pending.pop(thread_id, None)
+            return True
 
     # -- the sweeper's attention list -------------------------------------------------------------------------------
     def list_attention(self, *, quiet_since: datetime, limit: int = 100) -> list[AttentionItem]:

@@ -177,6 +177,56 @@ def test_only_one_worker_takes_a_lease(store):
     assert final is not None and final.observing is not None and final.version == 2
 
 
+def test_two_threads_of_one_resource_stepping_at_once_neither_double_observe_nor_lose_work(store):
+    """Resource scope: two conversations of one user step concurrently; every message is observed exactly once."""
+    from om_lib.clock import SystemClock
+    from om_lib.config import OMConfig
+    from om_lib.engine import MemoryEngine
+    from om_lib.model_router import ModelRouter
+    from om_lib.tokens import TokenCounter
+    from tests.fakes.scripted_model import ScriptedModel
+    from tests.unit.test_engine import WordTokenizer, words
+    from tests.unit.test_resource_engine import echo_observer, resource_config
+
+    model = ScriptedModel(fallback=echo_observer)
+    clock = SystemClock()
+    engine = MemoryEngine(
+        OMConfig.model_validate(resource_config(message_tokens=120)),
+        store=store,
+        router=ModelRouter({'google': model}, clock=clock),
+        counter=TokenCounter(WordTokenizer()),
+        clock=clock,
+    )
+    steps = 12
+    barrier = threading.Barrier(2)
+
+    def converse(thread_id: str) -> list[str]:
+        sent = []
+        barrier.wait()
+        for n in range(steps):
+            message = Message.model_validate(
+                {
+                    'id': f'{thread_id}-{n}',
+                    'role': 'user',
+                    'createdAt': clock.now().isoformat(),
+                    'content': f'{thread_id} says {n} ' + words(30),
+                }
+            )
+            engine.prepare_step('r1', thread_id, [message])
+            sent.append(message.id)
+        return sent
+
+    sent = [mid for ids in run_all(2, converse, ['left', 'right']) for mid in ids]
+    engine.observe_now('r1', 'left')
+    engine.observe_now('r1', 'right')
+    observed = [m.id for call in model.calls_for('observer') for m in call.request.source_messages]
+    assert len(model.calls_for('observer')) >= 2
+    assert sorted(observed) == sorted(sent), 'every message observed exactly once (no loss, no double observation)'
+    head = store.get_record('resource:r1')
+    assert head is not None and head.cursors == {'left': steps, 'right': steps}
+    assert store.list_pending_threads('r1') == []
+
+
 def test_dynalite_is_not_aws(store):
     """Guard: the fixture really talks to dynalite on loopback, never to an AWS endpoint."""
     endpoint = store.ddb.meta.endpoint_url

@@ -21,7 +21,7 @@ from om_lib.clock import ManualClock
 from om_lib.errors import ErasedError, InvalidInputError, MessageConflictError, VersionConflictError
 from om_lib.messages import Message
 from om_lib.records import BufferedChunk, Lease, OMRecord
-from tests.store_conformance import AttentionConformance, StoreConformance
+from tests.store_conformance import AttentionConformance, StoreConformance, WorkingMemoryConformance
 
 TABLE = 'om-memory'
 BUCKET = 'om-memory-blobs'
@@ -62,7 +62,7 @@ def store(aws, clock):
     return DynamoMemoryStore(TABLE, BUCKET, dynamodb_client=ddb, s3_client=s3, clock=clock)
 
 
-class TestDynamoStoreConformance(StoreConformance, AttentionConformance):
+class TestDynamoStoreConformance(StoreConformance, AttentionConformance, WorkingMemoryConformance):
     """The shared suite, unchanged, against DynamoDB + S3 (moto)."""
 
 
@@ -476,4 +476,4 @@ def test_ensure_table_creates_the_table_once(aws):
     assert ensure_table(ddb, 'another-table') is False
     described = ddb.describe_table(TableName='another-table')['Table']
     assert {i['IndexName'] for i in described['LocalSecondaryIndexes']} == {'LSI1'}
-    assert {i['IndexName'] for i in described['GlobalSecondaryIndexes']} == {'GSI1', 'GSI2'}
+    assert {i['IndexName'] for i in described['GlobalSecondaryIndexes']} == {'GSI1', 'GSI2', 'GSI3'}

@@ -551,9 +551,3 @@ def test_ids_with_a_slash_are_refused_before_anything_is_written():
         h.engine.prepare_step('a/b', 'c', [h.user('hi')])
     assert h.store.get_thread('a/b', 'c') is None
 
-
-def test_resource_scope_is_refused_at_start_up_until_supported():
-    from om_lib.errors import ConfigError
-
-    with pytest.raises(ConfigError, match='resource'):
-        Harness({'model': 'default', 'scope': 'resource'})

@@ -248,14 +248,32 @@ def test_forget_without_a_record_and_on_foreign_threads(store):
     assert len(store.list_messages('r1', 't1').messages) == 9
 
 
-def test_forget_resets_a_resource_scope_record_that_observed_the_thread(store):
+def test_forget_in_resource_scope_drops_that_threads_sections_and_marks_it_pending(store):
+    log = '<thread id="t1">\nDate: Jan 1, 2025\n* t1 fact\n</thread>'
+    log += '\n\n--- message boundary (2025-01-01T09:00:00.000Z) ---\n\n'
+    log += '<thread id="other">\nDate: Jan 1, 2025\n* other fact\n</thread>'
     res = OMRecord(
         id='res-1', key='resource:r1', scope='resource', resource_id='r1', thread_id=None, created_at=T0,
-        updated_at=T0, active_observations='* resource facts', cursors={'t1': 5, 'other': 3}, groups=(group(1, 5),),
+        updated_at=T0, active_observations=log, cursors={'t1': 5, 'other': 3}, groups=(group(1, 5),),
     )  # fmt: skip
     head = store.put_record(res, expected_version=None)
     forget_messages(store, 'r1', 't1', ['m9'], now=NOW)  # seq 10: unobserved
     assert store.get_record('resource:r1') == head
     forget_messages(store, 'r1', 't1', ['m0'], now=NOW)
     new = store.get_record('resource:r1')
-    assert new.generation == 1 and new.active_observations == '' and new.cursors == {}
+    assert new.generation == head.generation + 1 and new.cursors == {'other': 3}
+    assert 't1 fact' not in new.active_observations and 'other fact' in new.active_observations
+    assert [p.thread_id for p in store.list_pending_threads('r1')] == ['t1']
+
+
+def test_forget_resets_a_reflected_resource_record_and_observes_every_thread_again(store):
+    store.append_messages('r1', 'other', [msg(100)], now=T0)
+    res = OMRecord(
+        id='res-1', key='resource:r1', scope='resource', resource_id='r1', thread_id=None, created_at=T0,
+        updated_at=T0, active_observations='* condensed facts', cursors={'t1': 5, 'other': 1}, origin='reflection',
+    )  # fmt: skip
+    store.put_record(res, expected_version=None)
+    forget_messages(store, 'r1', 't1', ['m0'], now=NOW)
+    new = store.get_record('resource:r1')
+    assert new.active_observations == '' and new.cursors == {}
+    assert sorted(p.thread_id for p in store.list_pending_threads('r1')) == ['other', 't1']

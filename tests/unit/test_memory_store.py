@@ -3,10 +3,10 @@ from __future__ import annotations
 import pytest
 
 from om_lib.adapters.memory_store import InMemoryStore
-from tests.store_conformance import AttentionConformance, StoreConformance
+from tests.store_conformance import AttentionConformance, StoreConformance, WorkingMemoryConformance
 
 
-class TestInMemoryStore(StoreConformance, AttentionConformance):
+class TestInMemoryStore(StoreConformance, AttentionConformance, WorkingMemoryConformance):
     @pytest.fixture
     def store(self):
         return InMemoryStore()

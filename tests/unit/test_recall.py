@@ -416,3 +416,38 @@ def test_chat_stops_recall_rounds_after_the_limit_and_leaves_no_open_call() -> N
     assert [m.role for m in stored] == ['user', 'user', 'user', *(['assistant', 'tool'] * MAX_TOOL_ROUNDS), 'assistant']
     tool_result = stored[4].parts[0]
     assert tool_result.type == 'tool-result' and '[m1]' in tool_result.result['messages']  # type: ignore[union-attr]
+
+
+def test_obscured_thread_ids_are_shown_and_resolved_back():
+    from om_lib.resource_scope import shown_thread_id
+    from tests.unit.test_engine import WordTokenizer
+
+    store = InMemoryStore()
+    now = datetime(2025, 3, 1, tzinfo=UTC)
+    for tid in ('project-atlas', 'current'):
+        store.append_messages(
+            'r1',
+            tid,
+            [Message.model_validate({'id': f'{tid}-m', 'role': 'user', 'createdAt': now.isoformat(), 'content': tid})],
+            now=now,
+        )
+    counter = TokenCounter(WordTokenizer())
+    listed = recall(
+        store, counter, resource_id='r1', current_thread_id='current',
+        request=RecallRequest(mode='threads'), obscure_thread_ids=True,
+    )  # fmt: skip
+    shown = shown_thread_id('r1', 'project-atlas')
+    assert f'id: {shown}' in listed['threads'] and 'project-atlas' not in listed['threads']
+    # The model passes the shown id back: it reads the real thread
+    page = recall(
+        store, counter, resource_id='r1', current_thread_id='current',
+        request=RecallRequest(mode='messages', thread_id=shown), obscure_thread_ids=True,
+    )  # fmt: skip
+    assert 'project-atlas' in page['messages']
+    # Another resource's hash never resolves
+    other = shown_thread_id('r2', 'project-atlas')
+    with pytest.raises(InvalidInputError):
+        recall(
+            store, counter, resource_id='r1', current_thread_id='current',
+            request=RecallRequest(mode='messages', thread_id=other), obscure_thread_ids=True,
+        )  # fmt: skip

@@ -112,3 +112,17 @@ def test_other_conversations_render_as_tagged_blocks():
     assert block == '<other-conversation id="abc">\nUser (9:00 AM): I moved to Berlin\n</other-conversation>'
     assert join_other_conversations([block, block]) == f'{block}\n\n{block}'
     assert join_other_conversations([]) is None
+
+
+def test_removing_a_threads_sections_keeps_the_rest_and_no_dangling_boundary():
+    from om_lib.resource_scope import remove_thread_sections
+
+    t1 = section('t1', 'Mar 3, 2025', '* (09:00) keep me')
+    t2 = section('t2', 'Mar 3, 2025', '* (09:10) erase me')
+    log = replace_or_append_thread_section(t1, t2, T0)
+    log = replace_or_append_thread_section(log, section('t1', 'Mar 4, 2025', '* (10:00) keep too'), T0)
+    cleaned = remove_thread_sections(log, {'t2'})
+    assert 'erase me' not in cleaned and 'keep me' in cleaned and 'keep too' in cleaned
+    assert cleaned.count('message boundary') == 1
+    assert remove_thread_sections(t2, {'t2'}) == ''
+    assert remove_thread_sections(log, {'nobody'}) == log

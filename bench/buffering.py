@@ -1,0 +1,244 @@
+"""Async buffering: how often a step waits on a model call, and the context the Actor carries, over a long conversation.
+
+    .venv/bin/python bench/buffering.py [--steps 200] [--observer-latency 3] [--turn-period 12]
+
+A 200-step conversation (a user message of ~150 tokens, an assistant answer of ~400) runs through a real
+`MemoryEngine` over the in-memory store and o200k token counting, three times: with async buffering (the defaults'
+ratios, bufferTokens 0.2, bufferActivation 0.8, blockAfter 1.2, reflection.bufferActivation 0.5); with `bufferTokens:
+false` and the work queue (a turn that crosses the threshold queues a full observation); and with `bufferTokens: false`
+and no queue (the library without AWS: the step observes and reflects itself). Thresholds are scaled down
+(messageTokens 6,000, observationTokens 4,000) so the run crosses them many times.
+
+Time is simulated, not slept: a fake clock, a scripted Observer/Reflector whose every call takes `--observer-latency`
+seconds, and a single background worker (the SQS consumer of the thread's FIFO group) that runs queued jobs one at a
+time, each finishing one model latency after it starts. A turn is a step, the Actor's answer (4 s), `complete_turn`,
+then the user's next message after the rest of `--turn-period`. A step "waited" when it made a model call itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from om_lib.adapters.memory_store import InMemoryStore  # noqa: E402
+from om_lib.adapters.tiktoken_counter import get_tokenizer  # noqa: E402
+from om_lib.clock import ManualClock  # noqa: E402
+from om_lib.config import OMConfig  # noqa: E402
+from om_lib.engine import MemoryEngine  # noqa: E402
+from om_lib.llm import ModelRequest, ModelResponse  # noqa: E402
+from om_lib.messages import Message  # noqa: E402
+from om_lib.model_router import ModelRouter  # noqa: E402
+from om_lib.tokens import TokenCounter  # noqa: E402
+from om_lib.work import Job  # noqa: E402
+
+ACTOR_LATENCY_S = 4.0
+VOCAB = (
+    'migration plan owner deadline budget rollout table queue region review latency cache index schema tenant '
+    'invoice customer refund ticket release branch feature flag dashboard alert metric'
+).split()
+
+
+def text(tag: str, n: int, words: int) -> str:
+    return f'{tag} {n}: ' + ' '.join(VOCAB[(n * 7 + i) % len(VOCAB)] for i in range(words))
+
+
+class SimModel:
+    """Observer and Reflector with a fixed latency; the latency counts against the clock only inside a step."""
+
+    def __init__(self, clock: ManualClock, latency_s: float) -> None:
+        self.clock = clock
+        self.latency_s = latency_s
+        self.in_step = False
+        self.step_calls = 0
+        self.calls = 0
+
+    def generate(self, model_id: str, request: ModelRequest, *, timeout_s: float) -> ModelResponse:
+        self.calls += 1
+        if self.in_step:
+            self.step_calls += 1
+            self.clock.advance(self.latency_s)
+        if request.purpose == 'reflector':
+            # Condense: one date header, every third observation line.
+            lines = [line for line in (request.source_observations or '').split('\n') if line.strip()]
+            notes = [line for line in lines if not line.startswith('Date:')]
+            kept = ['Date: Jan 1, 2025', *notes[::3]]
+            return ModelResponse(text='<observations>\n' + '\n'.join(kept) + '\n</observations>', model=model_id)
+        messages = request.source_messages or ()
+        lines = [
+            f'* 🟡 (09:00) {m.role} said: ' + ' '.join(m.text().split()[:18]) for m in messages if m.text().strip()
+        ]
+        body = 'Date: Jan 1, 2025\n' + '\n'.join(lines)
+        return ModelResponse(
+            text=f'<observations>\n{body}\n</observations>\n<current-task>\nPrimary: the plan\n</current-task>',
+            model=model_id,
+        )
+
+
+@dataclass(order=True)
+class _Event:
+    at: float
+    order: int
+    job: Job = field(compare=False)
+
+
+class SimWork:
+    """One worker for the thread's FIFO group: jobs run in order, each taking one model latency."""
+
+    def __init__(self, clock: ManualClock, latency_s: float) -> None:
+        self.clock = clock
+        self.latency_s = latency_s
+        self.free_at = 0.0
+        self.events: list[_Event] = []
+        self.n = 0
+        self.jobs = 0
+
+    def submit(self, job: Job) -> None:
+        now = self.clock.monotonic()
+        start = max(now, self.free_at)
+        self.free_at = start + self.latency_s
+        self.n += 1
+        self.jobs += 1
+        heapq.heappush(self.events, _Event(self.free_at, self.n, job))
+
+
+@dataclass
+class Figures:
+    name: str
+    waited: int = 0
+    steps: int = 0
+    window: list[int] = field(default_factory=list)
+    observations: list[int] = field(default_factory=list)
+    parts: dict[str, int] = field(default_factory=dict)
+    model_calls: int = 0
+    jobs: int = 0
+
+
+def run(
+    name: str, observation: dict[str, Any], *, steps: int, latency: float, period: float, queue: bool = True
+) -> Figures:
+    clock = ManualClock()
+    model = SimModel(clock, latency)
+    work = SimWork(clock, latency)
+    router = ModelRouter({'google': model}, clock=clock, sleep=clock.advance)
+    engine = MemoryEngine(
+        OMConfig.model_validate(
+            {
+                'model': 'default',
+                'observation': {'messageTokens': 6000, **observation},
+                'reflection': {'observationTokens': 4000},
+            }
+        ),
+        store=InMemoryStore(),
+        router=router,
+        counter=TokenCounter(get_tokenizer()),
+        clock=clock,
+        work=work if queue else None,
+        time_budget_s=20.0,
+    )
+    start = clock.monotonic()
+
+    def run_due(until: float) -> None:
+        while work.events and work.events[0].at <= until:
+            event = heapq.heappop(work.events)
+            clock.advance(max(0.0, event.at - clock.monotonic()))
+            if event.job.kind == 'reflect':
+                # The reflection workflow: check → reflect → validate → commit, as the Step Functions tasks run it.
+                owner = f'sim-{event.order}'
+                if engine.workflow_check(event.job, owner).get('due'):
+                    if engine.workflow_reflect(event.job, owner).get('outcome') == 'reflected':
+                        engine.workflow_validate(event.job, owner)
+                        engine.workflow_commit(event.job, owner)
+            else:
+                engine.run_job(event.job)
+        clock.advance(max(0.0, until - clock.monotonic()))
+
+    figures = Figures(name)
+    for n in range(steps):
+        run_due(start + n * period)
+        before = model.step_calls
+        model.in_step = True
+        user = Message.model_validate(
+            {'id': f'u{n}', 'role': 'user', 'createdAt': clock.now().isoformat(), 'content': text('user', n, 110)}
+        )
+        result = engine.prepare_step('r1', 't1', [user], step_number=0)
+        model.in_step = False
+        figures.steps += 1
+        if model.step_calls > before:
+            figures.waited += 1
+        status = next(p for p in result.parts if p['type'] == 'data-om-status')['data']['windows']['active']
+        figures.window.append(status['messages']['tokens'])
+        figures.observations.append(status['observations']['tokens'])
+        for part in result.parts:
+            figures.parts[part['type']] = figures.parts.get(part['type'], 0) + 1
+        run_due(clock.monotonic() + ACTOR_LATENCY_S)
+        reply = Message.model_validate(
+            {
+                'id': f'a{n}',
+                'role': 'assistant',
+                'createdAt': clock.now().isoformat(),
+                'content': text('assistant', n, 300),
+            }
+        )
+        engine.complete_turn('r1', 't1', [reply])
+    run_due(clock.monotonic() + 600)
+    figures.model_calls = model.calls
+    figures.jobs = work.jobs
+    return figures
+
+
+def report(f: Figures) -> None:
+    window = sorted(f.window)
+    obs = sorted(f.observations)
+    print(f'\n{f.name}')
+    print(f'  steps that waited on a model call: {f.waited}/{f.steps} = {100 * f.waited / f.steps:.1f} %')
+    print(
+        f'  message-window tokens per step: mean {statistics.mean(window):,.0f}, p50 {window[len(window) // 2]:,}, '
+        f'p95 {window[int(len(window) * 0.95)]:,}, max {window[-1]:,}'
+    )
+    print(
+        f'  observation tokens per step:    mean {statistics.mean(obs):,.0f}, p50 {obs[len(obs) // 2]:,}, '
+        f'max {obs[-1]:,}'
+    )
+    interesting = ('data-om-activation', 'data-om-buffering-start', 'data-om-observation-end')
+    print(
+        '  parts in step answers: '
+        + ', '.join(f'{k.removeprefix("data-om-")} {f.parts.get(k, 0)}' for k in interesting)
+    )
+    print(f'  model calls in all: {f.model_calls}; background jobs: {f.jobs}')
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--steps', type=int, default=200)
+    parser.add_argument('--observer-latency', type=float, default=3.0)
+    parser.add_argument('--turn-period', type=float, default=12.0)
+    args = parser.parse_args()
+    print(
+        f'{args.steps} steps, Observer/Reflector latency {args.observer_latency:g} s (simulated), '
+        f'a turn every {args.turn_period:g} s; messageTokens 6,000, observationTokens 4,000'
+    )
+    options = {'steps': args.steps, 'latency': args.observer_latency, 'period': args.turn_period}
+    buffered = run('async buffering (bufferTokens 0.2, bufferActivation 0.8, blockAfter 1.2)', {}, **options)
+    sync = run('bufferTokens: false, observation queued at the end of the turn', {'bufferTokens': False}, **options)
+    inline = run(
+        'bufferTokens: false, no work queue (observation inside the step)',
+        {'bufferTokens': False},
+        queue=False,
+        **options,
+    )
+    report(buffered)
+    report(sync)
+    report(inline)
+    goal = 'met' if 100 * buffered.waited / buffered.steps <= 5 else 'NOT met'
+    print(f'\ngoal (≤ 5 % of steps wait on a model call with buffering): {goal}')
+
+
+if __name__ == '__main__':
+    main()

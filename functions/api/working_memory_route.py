@@ -1,0 +1,159 @@
+"""Working-memory routes (CONTRACT §2, seed 003): read and update the working memory of a resource or a thread.
+
+`/threads/{threadId}/working-memory` is the working memory that thread's Actor sees: the thread's own in thread scope,
+the resource's in resource scope (the answer's `scope` says which). `/resources/{resourceId}/working-memory` is the
+resource's, and exists only in resource scope. `PUT` applies the same update as the Actor's `updateWorkingMemory`
+tool: Markdown replaces, JSON merges (objects deep-merged, `null` deletes a field, arrays replaced) and must match
+`workingMemory.schema`. An invalid update is 422 `invalid_working_memory` with the problems in `details`; nothing is
+written. With working memory off, every route is 422 `working_memory_disabled`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from aws_lambda_powertools.event_handler.openapi.params import Body, Query
+from aws_lambda_powertools.event_handler.router import APIGatewayRouter
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from functions import _wiring
+from functions._observability import logger
+from functions.api.errors import ApiError
+from functions.api.models import MAX_ID_CHARS, Id
+from functions.api.routes import (
+    _COMMON,
+    ResourceIdPath,
+    ResourceIdQuery,
+    ThreadId,
+    _errors,
+    _ok,
+    authorize,
+    json_response,
+)
+from om_lib.errors import ThreadNotFoundError
+from om_lib.working_memory import WorkingMemory, WorkingMemoryDisabledError, working_memory_of
+
+router = APIGatewayRouter()
+
+OptionalResourceIdQuery = Annotated[str | None, Query(min_length=1, max_length=MAX_ID_CHARS)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra='forbid')
+
+
+class WorkingMemoryIn(_Model):
+    """`PUT .../working-memory`: Markdown text (replaces) or a JSON object (merged), per the configuration."""
+
+    working_memory: str | dict[str, Any] = Field(
+        description='Markdown (template mode: replaces the stored text) or an object (schema mode: merged).'
+    )
+    resource_id: Id | None = Field(
+        default=None, description='The owner; may also be sent as the `resourceId` query parameter (thread route).'
+    )
+
+
+class WorkingMemoryOut(_Model):
+    """The working memory (null when nothing is stored yet), its scope and its format."""
+
+    working_memory: str | dict[str, Any] | None
+    scope: Literal['thread', 'resource']
+    format: Literal['markdown', 'json']
+
+
+def _working_memory() -> WorkingMemory:
+    engine = _wiring.engine()
+    working = working_memory_of(engine.settings.working_memory, engine.store, engine.clock)
+    if working is None:
+        raise WorkingMemoryDisabledError(
+            'working memory is off: set `workingMemory: {"enabled": true}` (with a `template` or a `schema`) in the '
+            'OM configuration'
+        )
+    return working
+
+
+def _owned_thread(resource_id: str, thread_id: str) -> None:
+    if _wiring.store().get_thread(resource_id, thread_id) is None:
+        raise ThreadNotFoundError(thread_id)
+
+
+def _resource_of(path_or_query: str | None, body: WorkingMemoryIn) -> str:
+    from_body = body.resource_id
+    if from_body and path_or_query and from_body != path_or_query:
+        raise ApiError(422, 'validation_error', 'resourceId differs between the body and the URL')
+    resource_id = from_body or path_or_query
+    if not resource_id:
+        raise ApiError(
+            422,
+            'validation_error',
+            'resourceId is required (in the body or as a query parameter)',
+            [{'location': 'body', 'field': 'resourceId', 'type': 'missing', 'message': 'Field required'}],
+        )
+    return resource_id
+
+
+_DISABLED_OR_INVALID = 'Working memory off (`working_memory_disabled`) or an invalid update (`invalid_working_memory`).'
+
+
+@router.get(
+    '/resources/<resourceId>/working-memory',
+    summary='The resource’s working memory',
+    description='Resource scope only (thread scope: use the thread route, else 422 `working_memory_disabled`).',
+    responses={**_ok(WorkingMemoryOut), **_errors(401, 403, 422, 500, 503)},
+    tags=['memory'],
+)
+def get_resource_working_memory(resourceId: ResourceIdPath):
+    authorize(resourceId)
+    return json_response(_working_memory().get(resourceId, None).to_json())
+
+
+@router.put(
+    '/resources/<resourceId>/working-memory',
+    summary='Update the resource’s working memory',
+    description='Markdown replaces, JSON merges (null deletes a field, arrays replaced). ' + _DISABLED_OR_INVALID,
+    responses={**_ok(WorkingMemoryOut), **_errors(*_COMMON, 409)},
+    tags=['memory'],
+)
+def put_resource_working_memory(resourceId: ResourceIdPath, body: Annotated[WorkingMemoryIn, Body()]):
+    resource_id = _resource_of(resourceId, body)
+    authorize(resource_id)
+    view = _working_memory().update(resource_id, None, body.working_memory)
+    logger.info('working memory updated', extra={'scope': view.scope})
+    return json_response(view.to_json())
+
+
+@router.get(
+    '/threads/<threadId>/working-memory',
+    summary='The working memory the thread sees',
+    description='The thread’s own (thread scope) or its resource’s (resource scope); `scope` says which.',
+    responses={**_ok(WorkingMemoryOut), **_errors(401, 403, 404, 422, 500, 503)},
+    tags=['memory'],
+)
+def get_thread_working_memory(threadId: ThreadId, resourceId: ResourceIdQuery):
+    authorize(resourceId)
+    working = _working_memory()
+    _owned_thread(resourceId, threadId)
+    return json_response(working.get(resourceId, threadId).to_json())
+
+
+@router.put(
+    '/threads/<threadId>/working-memory',
+    summary='Update the working memory the thread sees',
+    description=(
+        'The thread’s own (thread scope) or its resource’s (resource scope). `resourceId` as a query parameter or '
+        'in the body. Markdown replaces, JSON merges (null deletes a field, arrays replaced). ' + _DISABLED_OR_INVALID
+    ),
+    responses={**_ok(WorkingMemoryOut), **_errors(*_COMMON, 404, 409)},
+    tags=['memory'],
+)
+def put_thread_working_memory(
+    threadId: ThreadId, body: Annotated[WorkingMemoryIn, Body()], resourceId: OptionalResourceIdQuery = None
+):
+    resource_id = _resource_of(resourceId, body)
+    authorize(resource_id)
+    working = _working_memory()
+    _owned_thread(resource_id, threadId)
+    view = working.update(resource_id, threadId, body.working_memory)
+    logger.info('working memory updated', extra={'thread_id': threadId, 'scope': view.scope})
+    return json_response(view.to_json())
