@@ -648,9 +648,8 @@ def retrieval_instructions(scope: str = 'resource') -> str:
 
 
 def _other_conversations_message(blocks: str) -> str:
-    return (
-        f'{_OTHER_CONVERSATIONS_INTRO}\nSTART_OTHER_CONVERSATIONS_BLOCK\n{blocks.strip()}\nEND_OTHER_CONVERSATIONS_BLOCK'
-    )
+    block = f'START_OTHER_CONVERSATIONS_BLOCK\n{blocks.strip()}\nEND_OTHER_CONVERSATIONS_BLOCK'
+    return f'{_OTHER_CONVERSATIONS_INTRO}\n{block}'
 
 
 def build_observation_system_messages(

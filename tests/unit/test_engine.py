@@ -550,4 +550,3 @@ def test_ids_with_a_slash_are_refused_before_anything_is_written():
     with pytest.raises(InvalidInputError, match='/'):
         h.engine.prepare_step('a/b', 'c', [h.user('hi')])
     assert h.store.get_thread('a/b', 'c') is None
-
