@@ -54,8 +54,21 @@ def slice_start(cursor: int, chunks: Sequence[BufferedChunk]) -> int:
 
 
 def live_chunks(chunks: Sequence[BufferedChunk], cursor: int) -> tuple[BufferedChunk, ...]:
-    """Chunks not yet covered by the cursor (a synchronous observation may have observed their messages since)."""
-    return tuple(c for c in chunks if c.start_seq > cursor)
+    """The chunks that may still activate, given the cursor a synchronous observation may have moved since.
+
+    Chunks the cursor passed are superseded. A chunk the cursor stops inside is dropped with every chunk after it:
+    activating a later one would move the cursor over the straddled chunk's unobserved messages, and the next
+    buffering slice would start after it, so those messages would never reach the Observer. Dropping them makes the
+    next slice start right after the cursor instead.
+    """
+    live: list[BufferedChunk] = []
+    for chunk in sorted(chunks, key=lambda c: c.start_seq):
+        if chunk.end_seq <= cursor:
+            continue
+        if chunk.start_seq <= cursor:
+            break
+        live.append(chunk)
+    return tuple(live)
 
 
 def should_buffer(pending: int, last_boundary: int, buffer_tokens: float, threshold: int) -> bool:

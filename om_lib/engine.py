@@ -739,7 +739,7 @@ class MemoryEngine:
                     'observing': None,
                     'pending_message_tokens': 0,
                     # Chunks of messages this observation covered are superseded by it.
-                    'buffered_chunks': tuple(c for c in current.buffered_chunks if c.start_seq > last_seq),
+                    'buffered_chunks': buffering.live_chunks(current.buffered_chunks, last_seq),
                     'last_buffered_at_tokens': 0,
                 }
             )

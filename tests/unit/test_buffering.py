@@ -95,6 +95,16 @@ def test_slices_are_disjoint_and_stale_chunks_are_dropped() -> None:
     assert [c.id for c in buf.live_chunks(chunks, 3)] == ['ombuf-2']
 
 
+def test_a_chunk_the_cursor_stops_inside_is_dropped_with_every_later_chunk() -> None:
+    # A synchronous observation of seqs 1-8 while chunks [1-10] and [11-12] were buffered: activating [11-12] would
+    # move the cursor over 9-10, which no chunk covers. Both go; the next slice starts right after the cursor.
+    chunks = (chunk(1, 300, start=1, end=10), chunk(2, 300, start=11, end=12))
+    assert buf.live_chunks(chunks, 8) == ()
+    assert buf.slice_start(8, buf.live_chunks(chunks, 8)) == 9
+    assert [c.id for c in buf.live_chunks(chunks, 10)] == ['ombuf-2']
+    assert buf.live_chunks(chunks, 12) == ()
+
+
 def test_should_buffer_crosses_intervals_and_treats_a_stale_boundary_as_current() -> None:
     assert buf.should_buffer(5000, 0, 10000, 100000) is False
     assert buf.should_buffer(10000, 0, 10000, 100000) is True
@@ -402,3 +412,23 @@ def test_status_reports_the_buffered_windows() -> None:
     assert buffered['reflection'] == {'inputObservationTokens': 0, 'observationTokens': 0, 'status': 'idle'}
     view = h.engine.memory_view('r1', 't1')
     assert view['buffered']['observations']['chunks'] == 1
+
+
+def test_messages_inside_a_straddled_chunk_are_observed_not_skipped() -> None:
+    h = Harness(buffering_config(messageTokens=100000))
+    for _ in range(6):
+        h.engine.prepare_step('r1', 't1', [h.user(words(50, 'early'))])
+        h.engine.complete_turn('r1', 't1', [h.assistant(words(50, 'late'))])
+    h.work.jobs.clear()
+    stored = h.store.list_messages('r1', 't1', limit=100).messages
+    assert [m.seq for m in stored] == list(range(1, 13))
+    # The state a synchronous observation of 1-8 left behind while chunks [1-10] and [11-12] were buffered.
+    record = h.record()
+    straddled = (chunk(1, 500, start=1, end=10), chunk(2, 100, start=11, end=12))
+    h.store.put_record(
+        record.model_copy(update={'buffered_chunks': straddled, 'cursors': {'t1': 8}}), expected_version=record.version
+    )
+    h.engine.observe_now('r1', 't1')
+    observed = {m.id for c in h.model.calls_for('observer') for m in c.request.source_messages or ()}
+    assert {stored[8].id, stored[9].id} <= observed  # seqs 9 and 10 reached the Observer
+    assert h.record().cursor('t1') == 12

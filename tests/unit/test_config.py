@@ -682,3 +682,12 @@ def test_thresholds_async_observation_trigger(
 def test_thresholds_async_reflection_trigger() -> None:
     assert should_trigger_async_reflection_tokens(5000, 20000, 0.5) is False
     assert should_trigger_async_reflection_tokens(10000, 20000, 0.5) is True
+
+
+def test_the_config_model_is_importable_from_the_package_as_the_contract_names_it() -> None:
+    import om_lib
+
+    config = om_lib.OMConfig.model_validate({'model': 'default', 'observation': {'messageTokens': 5000}})
+    assert config is not None
+    with pytest.raises(AttributeError, match='no attribute'):
+        _ = om_lib.NotAThing  # type: ignore[attr-defined]
