@@ -29,6 +29,7 @@ from om_lib import reflector as refl
 from om_lib.errors import DeadlineExceededError, ModelError, ThreadNotFoundError, VersionConflictError
 from om_lib.messages import Message
 from om_lib.records import BufferedChunk, Lease, ObservationGroup, OMRecord, Thread
+from om_lib.thresholds import resolve_retention_floor
 from om_lib.work import Job
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class ThreadBuffering:
 
         e = self.engine
         s = e.settings
+        record = self.deliver_background_parts(record, parts)
         pending = e.counter.count_messages(unobserved)
         threshold = e._message_threshold(record)
         if record.buffered_chunks and pending >= threshold:
@@ -70,14 +72,22 @@ class ThreadBuffering:
                 unobserved = e._load_unobserved(record, record.resource_id, thread.id)
                 pending = e.counter.count_messages(unobserved)
         waiting_on_tool = _has_pending_tool_call(unobserved)
+        retained: list[Message] = []
         if unobserved and not waiting_on_tool and s.block_after is not None and pending >= s.block_after:
             # Buffering could not keep up: observe synchronously, the last resort (spec §7.9, seed 000 blockAfter).
+            before = unobserved
             record, thread = e._observe(record, thread, unobserved, deadline, parts)
             unobserved = e._load_unobserved(record, record.resource_id, thread.id)
             pending = e.counter.count_messages(unobserved)
+            still = {m.id for m in unobserved}
+            floor = resolve_retention_floor(
+                s.buffer_activation or buf.DEFAULT_BUFFER_ACTIVATION, s.max_message_threshold()
+            )
+            observed = [m for m in before if m.id not in still]
+            retained = buf.retained_after_observation(observed, pending, floor, e.counter.count_messages)
         if unobserved and not waiting_on_tool:
             record, _ = self.maybe_enqueue(record, thread.id, unobserved, pending, parts)
-        return record, thread, unobserved
+        return record, thread, [*retained, *unobserved]
 
     def maybe_enqueue(
         self, record: OMRecord, thread_id: str, unobserved: list[Message], pending: int, parts: list[dict[str, Any]]
@@ -227,7 +237,7 @@ class ThreadBuffering:
                     activated_at=now,
                     chunks_activated=1,
                     tokens_activated=chunk.message_tokens,
-                    observation_tokens=chunk.token_count,
+                    observation_tokens=committed.observation_tokens,
                     messages_activated=len(chunk.message_ids),
                     generation_count=committed.generation,
                     observations=chunk.observations,
@@ -255,6 +265,55 @@ class ThreadBuffering:
             logger.exception('could not update thread hints', extra={'thread_id': thread.id})
             return thread
 
+    # -- background outcomes ----------------------------------------------------------------------------------------
+    def finish_background(
+        self, record: OMRecord, hint_attr: str, cycle_id: str | None, part: dict[str, Any] | None
+    ) -> None:
+        """Clear this cycle's running hint and keep its end/failed part for the next step (best effort)."""
+        e = self.engine
+
+        def finish(current: OMRecord) -> OMRecord | None:
+            hint = getattr(current, hint_attr)
+            update: dict[str, Any] = {}
+            if hint is not None and cycle_id is not None and hint.owner == cycle_id:
+                update[hint_attr] = None
+            if part is not None:
+                update['background_parts'] = buf.keep_background_part(current.background_parts, part)
+            return current.model_copy(update=update) if update else None
+
+        try:
+            e._commit(record, finish)
+        except VersionConflictError:  # the hint expires on its own; the part is in the worker's logs
+            logger.warning('could not record a background outcome', extra={'key': record.key})
+
+    def deliver_background_parts(self, record: OMRecord, parts: list[dict[str, Any]]) -> OMRecord:
+        """Answer the end/failed parts of background work finished since the last step, then forget them.
+
+        At least once: two concurrent steps may both answer a part; a lost write answers it again next step.
+        """
+        waiting = record.background_parts
+        if not waiting:
+            return record
+        texts = {c.cycle_id: c.observations for c in record.buffered_chunks}
+        for part in waiting:
+            data = dict(part.get('data', {}))
+            text = texts.get(data.get('cycleId', ''))
+            if part.get('type') == 'data-om-buffering-end' and 'observations' not in data and text:
+                data['observations'] = text
+            parts.append({**part, 'data': data})
+        delivered = {buf.background_part_key(p) for p in waiting}
+
+        def forget(current: OMRecord) -> OMRecord | None:
+            rest = tuple(p for p in current.background_parts if buf.background_part_key(p) not in delivered)
+            if len(rest) == len(current.background_parts):
+                return None
+            return current.model_copy(update={'background_parts': rest})
+
+        try:
+            return self.engine._commit(record, forget) or record
+        except VersionConflictError:
+            return record
+
     # -- the worker -------------------------------------------------------------------------------------------------
     def run_buffer_job(self, job: Job, deadline: float) -> list[dict[str, Any]]:
         """Observe one slice and store it as a buffered chunk. Idempotent per (record, message range)."""
@@ -272,10 +331,13 @@ class ThreadBuffering:
         # disjoint and gapless even when an earlier job was lost.
         start = buf.slice_start(cursor, chunks)
         if job.end_seq < start:
-            return []  # this range is buffered or observed already (a redelivered job)
+            # This range is buffered or observed already (a redelivered job).
+            self.finish_background(record, 'buffering_observation', job.cycle_id, None)
+            return []
         messages = [m for m in e._load_after(job.resource_id, thread_id, start - 1) if (m.seq or 0) <= job.end_seq]
         messages = [m for m in messages if m.role != 'system']
         if not messages:
+            self.finish_background(record, 'buffering_observation', job.cycle_id, None)
             return []
         cycle = e._start_cycle()
         cycle_id = job.cycle_id or f'buffer-obs-{cycle.cycle_id}'
@@ -290,22 +352,24 @@ class ThreadBuffering:
         except (ModelError, DeadlineExceededError) as exc:
             reason = 'timeout' if isinstance(exc, DeadlineExceededError) else 'error'
             logger.warning('buffering failed', extra={'thread_id': thread_id, 'error': str(exc)})
-            return [
-                om_parts.buffering_failed(
-                    cycle_id=cycle_id,
-                    operation='observation',
-                    failed_at=e.clock.now(),
-                    duration_ms=e._elapsed_ms(cycle),
-                    tokens_attempted=tokens,
-                    error=str(exc) or type(exc).__name__,
-                    record_id=record.id,
-                    thread_id=thread_id,
-                    reason=reason,
-                )
-            ]
+            failed = om_parts.buffering_failed(
+                cycle_id=cycle_id,
+                operation='observation',
+                failed_at=e.clock.now(),
+                duration_ms=e._elapsed_ms(cycle),
+                tokens_attempted=tokens,
+                error=str(exc) or type(exc).__name__,
+                record_id=record.id,
+                thread_id=thread_id,
+                reason=reason,
+            )
+            self.finish_background(record, 'buffering_observation', cycle_id, failed)
+            return [failed]
         text = parsed.observations.strip()
         if not text:
-            return []  # nothing worth keeping; the next job (or the threshold) covers these messages again
+            # Nothing worth keeping; the next job (or the threshold) covers these messages again.
+            self.finish_background(record, 'buffering_observation', cycle_id, None)
+            return []
         if e.settings.retrieval is not None:
             text = ctx.wrap_in_observation_group(text, messages[0].id, messages[-1].id)
         chunk = BufferedChunk(
@@ -325,6 +389,19 @@ class ThreadBuffering:
             thread_title=parsed.thread_title,
         )
 
+        # The record keeps the part without its text: the chunk holds it, and delivery adds it back.
+        ended = om_parts.buffering_end(
+            cycle_id=cycle_id,
+            operation='observation',
+            completed_at=e.clock.now(),
+            duration_ms=e._elapsed_ms(cycle),
+            tokens_buffered=tokens,
+            buffered_tokens=chunk.token_count,
+            observations=None,
+            record_id=record.id,
+            thread_id=thread_id,
+        )
+
         def append(current: OMRecord) -> OMRecord | None:
             cur_cursor = current.cursor(thread_id)
             live = buf.live_chunks(current.buffered_chunks, cur_cursor)
@@ -333,10 +410,17 @@ class ThreadBuffering:
             hint = current.buffering_observation
             if hint is not None and hint.owner == cycle_id:
                 hint = None
-            return current.model_copy(update={'buffered_chunks': (*live, chunk), 'buffering_observation': hint})
+            return current.model_copy(
+                update={
+                    'buffered_chunks': (*live, chunk),
+                    'buffering_observation': hint,
+                    'background_parts': buf.keep_background_part(current.background_parts, ended),
+                }
+            )
 
         committed = e._commit(record, append)
         if committed is None:
+            self.finish_background(record, 'buffering_observation', cycle_id, None)
             return []
         return [
             om_parts.buffering_end(
@@ -345,7 +429,7 @@ class ThreadBuffering:
                 completed_at=e.clock.now(),
                 duration_ms=e._elapsed_ms(cycle),
                 tokens_buffered=tokens,
-                buffered_tokens=sum(c.token_count for c in committed.buffered_chunks),
+                buffered_tokens=chunk.token_count,
                 observations=text,
                 record_id=committed.id,
                 thread_id=thread_id,
@@ -453,6 +537,9 @@ class ThreadBuffering:
             held = current.reflecting
             if held is not None and held.active(now):
                 return None
+            running = current.buffering_reflection
+            if running is not None and running.active(now):
+                return None  # staged by a run that has not validated and released it yet
             if not current.buffered_reflection or current.generation != record.generation:
                 return None
             return current.model_copy(update={'reflecting': lease})
@@ -485,7 +572,7 @@ class ThreadBuffering:
                 pass
         parts.append(
             om_parts.activation(
-                cycle_id=owner,
+                cycle_id=leased.buffered_reflection_cycle_id or owner,
                 operation='reflection',
                 activated_at=e.clock.now(),
                 chunks_activated=1,

@@ -8,12 +8,14 @@ itself (retention floor, projected removal, chunk selection, trigger intervals) 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from om_lib import context as ctx
 from om_lib import reflector as refl
+from om_lib.messages import Message
 from om_lib.records import BufferedChunk
 from om_lib.thresholds import (
     calculate_projected_message_removal,
@@ -25,12 +27,16 @@ from om_lib.thresholds import (
 
 __all__ = [
     'DEFAULT_BUFFER_ACTIVATION',
+    'MAX_BACKGROUND_PARTS',
     'Activation',
     'ReflectionSlice',
     'activate_chunks',
+    'background_part_key',
     'buffered_through',
+    'keep_background_part',
     'live_chunks',
     'plan_activation',
+    'retained_after_observation',
     'projected_removal',
     'reflection_slice',
     'should_buffer',
@@ -51,6 +57,39 @@ def buffered_through(cursor: int, chunks: Sequence[BufferedChunk]) -> int:
 def slice_start(cursor: int, chunks: Sequence[BufferedChunk]) -> int:
     """The first `seq` a new buffering job may observe, so consecutive chunks cover disjoint, gapless ranges."""
     return buffered_through(cursor, chunks) + 1
+
+
+# Background end/failed parts a record keeps for the next step; older ones are dropped (they are in the logs too).
+MAX_BACKGROUND_PARTS = 20
+
+
+def background_part_key(part: Mapping[str, Any]) -> tuple[str, str]:
+    """What identifies a kept part: its type and cycle."""
+    data = part.get('data') or {}
+    return str(part.get('type', '')), str(data.get('cycleId', ''))
+
+
+def keep_background_part(kept: Sequence[dict[str, Any]], part: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """`kept` plus `part` (replacing one of the same type and cycle), the newest `MAX_BACKGROUND_PARTS`."""
+    key = background_part_key(part)
+    rest = [p for p in kept if background_part_key(p) != key]
+    return (*rest, part)[-MAX_BACKGROUND_PARTS:]
+
+
+def retained_after_observation(
+    observed: Sequence[Message], remaining_tokens: int, floor: float, count: Callable[[Sequence[Message]], int]
+) -> list[Message]:
+    """The newest just-observed messages the Actor keeps so its raw window holds `floor` tokens (spec §6.4 step 5).
+
+    A synchronous observation at `blockAfter` would otherwise leave the Actor only the in-flight input; like the
+    reference's cleanup, the most recent observed messages stay in this step's context until the floor holds.
+    """
+    kept: list[Message] = []
+    for message in reversed(observed):
+        if remaining_tokens + count(kept) >= floor:
+            break
+        kept.insert(0, message)
+    return kept
 
 
 def live_chunks(chunks: Sequence[BufferedChunk], cursor: int) -> tuple[BufferedChunk, ...]:

@@ -355,15 +355,16 @@ class MemoryEngine:
         if record is None or not self._job_due(job, record):
             return {'due': False}
         generation = record.generation
+        attr = _workflow_lease(job)
         leased = self._take_lease(
             record,
-            'reflecting',
+            attr,
             owner,
-            lambda cur: (
-                cur.generation == generation and self._job_due(job, cur.model_copy(update={'reflecting': None}))
-            ),
+            lambda cur: cur.generation == generation and self._job_due(job, cur.model_copy(update={attr: None})),
             # The workflow's reflect task may run for the worker's whole budget.
             deadline=self.clock.monotonic() + WORKER_BUDGET_S,
+            # A buffered run takes over the running hint the step left under its cycle id.
+            replaces=job.cycle_id if job.reason == 'buffer' else None,
         )
         if leased is None:
             return {'due': False}
@@ -378,6 +379,8 @@ class MemoryEngine:
         record = self._held(job, owner)
         if record is None:
             return {'outcome': 'lease_lost'}
+        attr = _workflow_lease(job)
+        cycle = self._start_cycle()
         limit = deadline if deadline is not None else self.clock.monotonic() + WORKER_BUDGET_S
         snapshot, tokens = record.active_observations, record.observation_tokens
         line_count = len(snapshot.split('\n'))
@@ -393,28 +396,41 @@ class MemoryEngine:
             reflected, _ = self._run_ladder(
                 snapshot, input_tokens, limit, target=target, start_level=start_level, skip_hints=start_level > 0
             )
-        except refl.ReflectionNotSmallerError:
-            self._release_lease(
-                record, 'reflecting', owner, reflection_stalled_at_tokens=tokens, buffering_reflection=None
-            )
+        except refl.ReflectionNotSmallerError as exc:
+            released = self._release_lease(record, attr, owner, reflection_stalled_at_tokens=tokens)
+            if job.reason == 'buffer' and self._buffer is not None:
+                failed = self._buffered_reflection_failed(job, released, cycle, input_tokens, str(exc))
+                self._buffer.finish_background(released, attr, None, failed)
             return {'outcome': 'not_smaller', 'inputTokens': input_tokens}
         reflected_tokens = self.counter.count_observations(reflected)
+        ended = None
+        if job.reason == 'buffer':
+            ended = om_parts.buffering_end(
+                cycle_id=job.cycle_id or owner,
+                operation='reflection',
+                completed_at=self.clock.now(),
+                duration_ms=self._elapsed_ms(cycle),
+                tokens_buffered=input_tokens,
+                buffered_tokens=reflected_tokens,
+                observations=None,
+                record_id=record.id,
+                thread_id=job.thread_id,
+            )
 
         def stage(current: OMRecord) -> OMRecord | None:
-            if (
-                current.reflecting is None
-                or current.reflecting.owner != owner
-                or current.generation != record.generation
-            ):
+            held = getattr(current, attr)
+            if held is None or held.owner != owner or current.generation != record.generation:
                 return None
-            return current.model_copy(
-                update={
-                    'buffered_reflection': reflected,
-                    'buffered_reflection_tokens': reflected_tokens,
-                    'buffered_reflection_input_tokens': input_tokens,
-                    'reflected_line_count': line_count,
-                }
-            )
+            update: dict[str, Any] = {
+                'buffered_reflection': reflected,
+                'buffered_reflection_tokens': reflected_tokens,
+                'buffered_reflection_input_tokens': input_tokens,
+                'reflected_line_count': line_count,
+                'buffered_reflection_cycle_id': job.cycle_id,
+            }
+            if ended is not None:
+                update['background_parts'] = buffering.keep_background_part(current.background_parts, ended)
+            return current.model_copy(update=update)
 
         staged = self._commit(record, stage)
         if staged is None:
@@ -443,7 +459,7 @@ class MemoryEngine:
             raise ReflectionRejectedError('the reflecting lease was lost before commit')
         if job.reason == 'buffer':
             # A buffered reflection stays staged: the step that finds observations past the threshold activates it.
-            self._release_lease(record, 'reflecting', owner, buffering_reflection=None)
+            self._release_lease(record, 'buffering_reflection', owner)
             return {'outcome': 'staged', 'tokens': record.buffered_reflection_tokens}
 
         def compose(current: OMRecord) -> str:
@@ -461,17 +477,37 @@ class MemoryEngine:
         record = self.store.get_record(job.record_key)
         if record is None:
             return {'released': False}
-        self._release_lease(
+        attr = _workflow_lease(job)
+        held = getattr(record, attr)
+        released = self._release_lease(
             record,
-            'reflecting',
+            attr,
             owner,
             buffered_reflection=None,
             buffered_reflection_tokens=None,
             buffered_reflection_input_tokens=None,
             reflected_line_count=None,
-            buffering_reflection=None,
+            buffered_reflection_cycle_id=None,
         )
+        if job.reason == 'buffer' and self._buffer is not None and held is not None and held.owner == owner:
+            error = 'the background reflection failed; past reflection.blockAfter a step reflects synchronously'
+            failed = self._buffered_reflection_failed(job, released, None, released.observation_tokens, error)
+            self._buffer.finish_background(released, attr, None, failed)
         return {'released': True}
+
+    def _buffered_reflection_failed(
+        self, job: Job, record: OMRecord, cycle: _Cycle | None, tokens: int, error: str
+    ) -> dict[str, Any]:
+        return om_parts.buffering_failed(
+            cycle_id=job.cycle_id or '',
+            operation='reflection',
+            failed_at=self.clock.now(),
+            duration_ms=self._elapsed_ms(cycle) if cycle is not None else 0,
+            tokens_attempted=tokens,
+            error=error,
+            record_id=record.id,
+            thread_id=job.thread_id,
+        )
 
     def _job_due(self, job: Job, record: OMRecord) -> bool:
         if job.reason == 'buffer':
@@ -498,7 +534,8 @@ class MemoryEngine:
 
     def _held(self, job: Job, owner: str) -> OMRecord | None:
         record = self.store.get_record(job.record_key)
-        if record is None or record.reflecting is None or record.reflecting.owner != owner:
+        held = getattr(record, _workflow_lease(job)) if record is not None else None
+        if record is None or held is None or held.owner != owner:
             return None
         return record
 
@@ -606,6 +643,7 @@ class MemoryEngine:
         still_needed: Callable[[OMRecord], bool],
         *,
         deadline: float | None = None,
+        replaces: str | None = None,
     ) -> OMRecord | None:
         now = self.clock.now()
         # A lease outlives the work it guards (its deadline) by a margin, so nobody takes over a live holder.
@@ -614,7 +652,7 @@ class MemoryEngine:
 
         def take(current: OMRecord) -> OMRecord | None:
             held: Lease | None = getattr(current, attr)
-            if held is not None and held.active(now) and held.owner != owner:
+            if held is not None and held.active(now) and held.owner not in (owner, replaces):
                 return None  # someone else is on it
             if not still_needed(current):
                 return None
@@ -1100,6 +1138,7 @@ class MemoryEngine:
                     'buffered_reflection_tokens': None,
                     'buffered_reflection_input_tokens': None,
                     'reflected_line_count': None,
+                    'buffered_reflection_cycle_id': None,
                     'last_buffered_at_tokens': 0,
                     # Still over the threshold after a committed reflection: back off until the log grows.
                     'reflection_stalled_at_tokens': tokens if tokens > threshold else None,
@@ -1295,3 +1334,9 @@ def _without_projection(windows: dict[str, Any]) -> dict[str, Any]:
     """The memory view's `buffered` (CONTRACT §2) is the status windows without the projection."""
     observations = {k: v for k, v in windows['observations'].items() if k != 'projectedMessageRemoval'}
     return {**windows, 'observations': observations}
+
+
+def _workflow_lease(job: Job) -> str:
+    """The lease a reflection workflow run holds: a buffered run must not block the synchronous last resort
+    (`reflection.blockAfter`), which takes `reflecting`; a threshold run is the reflection itself."""
+    return 'buffering_reflection' if job.reason == 'buffer' else 'reflecting'

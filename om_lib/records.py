@@ -115,6 +115,11 @@ class OMRecord(_Model):
     buffered_reflection_tokens: int | None = None
     buffered_reflection_input_tokens: int | None = None
     reflected_line_count: int | None = None
+    # The `buffer-refl-…` cycle that staged `buffered_reflection`: its activation part carries the same id.
+    buffered_reflection_cycle_id: str | None = None
+    # `data-om-buffering-end`/`-failed` parts of background work, kept until a step answers them (newest last,
+    # bounded): the worker has no client to tell.
+    background_parts: tuple[dict[str, Any], ...] = ()
 
     observing: Lease | None = None
     reflecting: Lease | None = None

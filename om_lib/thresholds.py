@@ -144,14 +144,13 @@ def calculate_projected_message_removal(
         pending: Pending message tokens now.
 
     Returns:
-        The projected number of message tokens removed (0 with no chunks or when already within the floor).
+        The projected number of message tokens removed (0 with no chunks; the reference's rule exactly, so with
+        pending already within the floor the first boundary counts, as activating now would remove it).
     """
     if not chunk_message_tokens:
         return 0
     floor = resolve_retention_floor(buffer_activation, threshold)
     target = max(0.0, pending - floor)
-    if target == 0:
-        return 0
     over_count, over_tokens, under_count, under_tokens = _chunk_boundaries(chunk_message_tokens, target)
     max_overshoot = floor * 0.95
     min_remaining = min(1000, floor)

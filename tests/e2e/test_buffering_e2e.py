@@ -110,6 +110,9 @@ def test_steps_never_wait_for_the_observer_and_activation_loses_nothing(api, sta
     contained = [c for c in calls for start, end in steps if c.received_at >= start and (c.answered_at or 1e18) <= end]
     assert contained == []
     assert not any(p['type'] == 'data-om-observation-start' for parts in step_parts for p in parts)
+    # The worker's outcomes reach the client: a later step answers each buffering-end, with the chunk's text.
+    ended = [p['data'] for parts in step_parts for p in parts if p['type'] == 'data-om-buffering-end']
+    assert ended and all(d['operationType'] == 'observation' and d['observations'] for d in ended)
 
     # Activation: observations are active, the activated messages left the context, the status shows the windows.
     assert body is not None and body['system']

@@ -388,6 +388,12 @@ def test_buffered_reflection_starts_early_activates_at_the_threshold_and_keeps_l
     assert len(h.model.calls) == calls
     activation = [p for p in result.parts if p['type'] == 'data-om-activation']
     assert activation and activation[0]['data']['operationType'] == 'reflection'
+    # The activation carries the cycle id of the buffering that staged it, and the staging's end part reached
+    # the client with the step's answer.
+    assert activation[0]['data']['cycleId'] == jobs[0].cycle_id
+    ended = [p['data'] for p in result.parts if p['type'] == 'data-om-buffering-end']
+    assert [(d['cycleId'], d['operationType']) for d in ended] == [(jobs[0].cycle_id, 'reflection')]
+    assert ended[0]['bufferedTokens'] < ended[0]['tokensBuffered']
     head = h.record()
     assert head.generation == staged.generation + 1
     assert head.active_observations.startswith('* 🟡 (09:00) facts 0-1 condensed')
@@ -432,3 +438,76 @@ def test_messages_inside_a_straddled_chunk_are_observed_not_skipped() -> None:
     observed = {m.id for c in h.model.calls_for('observer') for m in c.request.source_messages or ()}
     assert {stored[8].id, stored[9].id} <= observed  # seqs 9 and 10 reached the Observer
     assert h.record().cursor('t1') == 12
+
+
+def test_the_next_step_answers_the_workers_end_part_once_with_its_observations() -> None:
+    h = Harness(buffering_config())
+    h.turn()
+    job = h.jobs('buffer')[0]
+    h.run_jobs()
+    assert h.record().buffering_observation is None  # the running hint is cleared by the worker's write
+    result = h.engine.prepare_step('r1', 't1', [h.user(words(10))])
+    ended = [p['data'] for p in result.parts if p['type'] == 'data-om-buffering-end']
+    assert len(ended) == 1 and ended[0]['cycleId'] == job.cycle_id
+    chunk_ = h.record().buffered_chunks[0]
+    assert ended[0]['observations'] == chunk_.observations
+    assert ended[0]['bufferedTokens'] == chunk_.token_count and ended[0]['tokensBuffered'] == chunk_.message_tokens
+    again = h.engine.prepare_step('r1', 't1', [h.user(words(10))])
+    assert not [p for p in again.parts if p['type'] == 'data-om-buffering-end']
+
+
+def test_a_failed_job_is_answered_to_the_next_step_and_its_running_status_cleared() -> None:
+    h = Harness(buffering_config())
+    h.turn()
+    job = h.jobs('buffer')[0]
+    assert h.record().buffering_observation is not None
+    h.model.script('observer', '', '')
+    h.run_jobs()
+    assert h.record().buffering_observation is None
+    result = h.engine.prepare_step('r1', 't1', [h.user(words(10))])
+    failed = [p['data'] for p in result.parts if p['type'] == 'data-om-buffering-failed']
+    assert len(failed) == 1 and failed[0]['cycleId'] == job.cycle_id and failed[0]['error']
+    status = result.parts[-1]['data']['windows']['buffered']['observations']
+    assert status['status'] == 'idle'
+
+
+def test_a_running_background_reflection_does_not_block_the_synchronous_one_past_block_after() -> None:
+    config = reflection_config()
+    config['reflection']['blockAfter'] = 1.2
+    h = Harness(config)
+    record = h.engine._get_or_create_record('r1', 't1')
+    text = '\n'.join(f'* 🟡 (09:{i:02d}) fact number {i} about the plan' for i in range(8))
+    record = h.store.put_record(
+        record.model_copy(
+            update={'active_observations': text, 'observation_tokens': h.counter.count_observations(text)}
+        ),
+        expected_version=record.version,
+    )
+    assert record.observation_tokens >= 60  # past blockAfter (1.2 × 50)
+    # A background reflection took its lease and is still running (its worker is slow: the lease lasts ~11 min).
+    job = Job('reflect', 'r1', 't1', record.key, 'buffer', cycle_id='buffer-refl-slow')
+    assert h.engine.workflow_check(job, 'execution-1')['due'] is True
+    assert h.record().buffering_reflection.owner == 'execution-1'
+    h.model.script('reflector', '<observations>\n* 🟡 (09:00) the plan, condensed\n</observations>')
+    result = h.engine.prepare_step('r1', 't1', [h.user('hello')])
+    assert h.model.calls_for('reflector'), [p['type'] for p in result.parts]
+    head = h.record()
+    assert head.generation == record.generation + 1
+    # The slow run's result can no longer be staged on the old generation.
+    assert h.engine.workflow_reflect(job, 'execution-1')['outcome'] == 'lease_lost'
+
+
+def test_a_synchronous_observation_past_block_after_keeps_the_retention_floor_in_context() -> None:
+    h = Harness(buffering_config(blockAfter=1.2))
+    for _ in range(6):
+        h.engine.prepare_step('r1', 't1', [h.user(words(100))])
+        h.engine.complete_turn('r1', 't1', [h.assistant(words(100))])
+    h.work.jobs.clear()
+    result = h.engine.prepare_step('r1', 't1', [h.user(words(30))])
+    assert 'data-om-observation-end' in [p['type'] for p in result.parts]
+    cursor = h.record().cursor('t1')
+    raw = [m for m in result.messages if m.id != 'om-continuation']
+    # floor = 1000 × (1 − 0.8) = 200 tokens: the newest observed messages stay until the window holds it.
+    kept = [m for m in raw if (m.seq or 0) <= cursor and m.role == 'assistant']
+    assert kept and h.counter.count_messages(raw) >= 200
+    assert h.counter.count_messages([m for m in raw if m not in kept]) < 200

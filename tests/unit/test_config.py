@@ -601,8 +601,10 @@ def test_thresholds_retention_floor_and_activation_ratio() -> None:
         ((10000,), 0.8, 10000, 10000, 10000),
         ((2000, 2800), 0.9, 5000, 5000, 2000),
         ((400, 450, 142), 0.96875, 1024, 1024, 992),
-        # Already within the retention floor, and no chunks at all.
-        ((5000,), 0.8, 30000, 5000, 0),
+        # Already within the retention floor: the spec's rule has no early exit, the first boundary counts (§5).
+        ((5000,), 0.8, 30000, 5000, 5000),
+        ((500, 500), 0.8, 10000, 1500, 500),
+        # No chunks at all.
         ((), 0.8, 30000, 30000, 0),
         # No boundary over or (non-empty) under the target: the first chunk.
         ((0, 0), 0.8, 30000, 30000, 0),
