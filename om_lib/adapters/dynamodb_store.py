@@ -73,6 +73,9 @@ WM = 'WM'  # working memory: in the thread partition (thread scope) or the resou
 # small and in S3 above `inline_head_max_bytes`; everything else (`om_small`) is a few hundred bytes. Lease changes
 # touch only `om_small`, so taking or releasing a lease never rewrites the S3 document.
 _BIG_FIELDS = ('active_observations', 'groups', 'buffered_chunks', 'buffered_reflection', 'cursors')
+_OM_OPTIONAL_FIELDS = frozenset(
+    name for name, field in OMRecord.model_fields.items() if not field.is_required() and field.default in (None, ())
+)
 _OM_ATTRS = ('om_key', 'om_id', 'om_version', 'om_generation', 'om_small', 'om_big', 'om_big_ref')
 _THREAD_ATTRS = ('thread_doc', 'thread_doc_ref')
 _MAX_READ_ATTEMPTS = 3
@@ -1298,7 +1301,10 @@ class DynamoMemoryStore:
             self._big_refs[(key, version)] = (big.digest, big.key)
 
     def _om_update(self, record: OMRecord, big: _Big) -> tuple[dict[str, Any], list[str], list[str]]:
-        small = _dumps(record.model_dump(mode='json', exclude={*_BIG_FIELDS, 'version'}))
+        # Optional fields at an empty default are left out (they read back as their defaults): every byte counts
+        # against the write units of each step's record write.
+        empty = {name for name in _OM_OPTIONAL_FIELDS if getattr(record, name) in (None, ())}
+        small = _dumps(record.model_dump(mode='json', exclude={*_BIG_FIELDS, 'version', *empty}))
         values: dict[str, Any] = {
             ':k': _s(record.key),
             ':id': _s(record.id),
