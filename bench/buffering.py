@@ -1,6 +1,6 @@
 """Async buffering: how often a step waits on a model call, and the context the Actor carries, over a long conversation.
 
-    .venv/bin/python bench/buffering.py [--steps 200] [--observer-latency 3] [--turn-period 12]
+    .venv/bin/python bench/buffering.py [--steps 200] [--observer-latency 3] [--turn-period 12] [--plot out.svg]
 
 A 200-step conversation (a user message of ~150 tokens, an assistant answer of ~400) runs through a real
 `MemoryEngine` over the in-memory store and o200k token counting, three times: with async buffering (the defaults'
@@ -214,11 +214,43 @@ def report(f: Figures) -> None:
     print(f'  model calls in all: {f.model_calls}; background jobs: {f.jobs}')
 
 
+def write_plot(path: Path, runs: list[Figures]) -> None:
+    """An SVG (no plotting library): message-window and observation tokens per step, one panel per run."""
+    width, panel, pad = 900, 220, 40
+    top = max(max(f.window + f.observations) for f in runs) or 1
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{panel * len(runs)}" font-size="12">']
+    for i, figures in enumerate(runs):
+        y0 = i * panel
+        plot_w, plot_h = width - 2 * pad, panel - 2 * pad
+
+        def points(values: list[int], y0: int = y0, plot_w: int = plot_w, plot_h: int = plot_h) -> str:
+            step = plot_w / max(1, len(values) - 1)
+            return ' '.join(
+                f'{pad + k * step:.1f},{y0 + pad + plot_h * (1 - v / top):.1f}' for k, v in enumerate(values)
+            )
+
+        out.append(
+            f'<text x="{pad}" y="{y0 + pad - 12}">{figures.name} — waited {figures.waited}/{figures.steps}</text>'
+        )
+        out.append(
+            f'<rect x="{pad}" y="{y0 + pad}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#ccc"/>'
+            f'<text x="2" y="{y0 + pad + 10}">{top:,}</text><text x="2" y="{y0 + pad + plot_h}">0</text>'
+        )
+        out.append(f'<polyline fill="none" stroke="#1f77b4" points="{points(figures.window)}"/>')
+        out.append(f'<polyline fill="none" stroke="#d62728" points="{points(figures.observations)}"/>')
+    out.append(
+        f'<text x="{width - 330}" y="14" fill="#1f77b4">message-window tokens</text>'
+        f'<text x="{width - 160}" y="14" fill="#d62728">observation tokens</text></svg>'
+    )
+    path.write_text('\n'.join(out), encoding='utf-8')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--steps', type=int, default=200)
     parser.add_argument('--observer-latency', type=float, default=3.0)
     parser.add_argument('--turn-period', type=float, default=12.0)
+    parser.add_argument('--plot', type=Path, help='also write an SVG of the tokens per step to this file')
     args = parser.parse_args()
     print(
         f'{args.steps} steps, Observer/Reflector latency {args.observer_latency:g} s (simulated), '
@@ -236,6 +268,9 @@ def main() -> None:
     report(buffered)
     report(sync)
     report(inline)
+    if args.plot is not None:
+        write_plot(args.plot, [buffered, sync, inline])
+        print(f'\nplot: {args.plot}')
     goal = 'met' if 100 * buffered.waited / buffered.steps <= 5 else 'NOT met'
     print(f'\ngoal (≤ 5 % of steps wait on a model call with buffering): {goal}')
 
