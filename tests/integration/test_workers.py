@@ -254,3 +254,72 @@ def test_sweeper_submits_jobs_for_due_records(aws):
     assert result == {'submitted': 1}
     messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)['Messages']
     assert [json.loads(m['Body'])['kind'] for m in messages] == ['observe']
+
+
+def test_buffered_reflection_through_the_reflection_function_is_staged_then_activated_by_a_step(aws, monkeypatch):
+    # Given buffering on and observations past observationTokens × reflection.bufferActivation (300 × 0.5)
+    config = {
+        'model': 'default',
+        'observation': {'messageTokens': 2000, 'bufferTokens': 400},
+        'reflection': {'observationTokens': 300, 'bufferActivation': 0.5},
+    }
+    monkeypatch.setenv('OM_CONFIG', json.dumps(config))
+    _wiring.reset()
+    engine = _wiring.engine()
+    engine.prepare_step(RESOURCE, THREAD, [_say(0, 'Hello there.')])
+    lines = [
+        f'* 🟡 (09:{i:02d}) Fact {i}: the blue folder {i} holds invoice {1000 + i} for client Ortega.' for i in range(6)
+    ]
+    record = engine.store.get_record(RECORD_KEY)
+    text = 'Date: Mar 3, 2025\n' + '\n'.join(lines)
+    record = engine.store.put_record(
+        record.model_copy(
+            update={'active_observations': text, 'observation_tokens': engine.counter.count_observations(text)}
+        ),
+        expected_version=record.version,
+    )
+    assert 150 <= record.observation_tokens < 300, record.observation_tokens
+    job = {
+        'kind': 'reflect',
+        'resourceId': RESOURCE,
+        'threadId': THREAD,
+        'recordKey': RECORD_KEY,
+        'reason': 'buffer',
+        'cycleId': 'buffer-refl-it',
+    }
+    owner = 'execution-it'
+
+    # When the state machine's tasks run for a buffered reflection
+    results = [
+        invoke('reflection', {'task': t, 'job': job, 'owner': owner})
+        for t in ('check', 'reflect', 'validate', 'commit')
+    ]
+
+    # Then the result is staged, the workflow's lease is released, and `reflecting` was never held
+    assert results[0]['due'] is True and results[1]['outcome'] == 'reflected' and results[3]['outcome'] == 'staged'
+    staged = engine.store.get_record(RECORD_KEY)
+    assert staged.buffered_reflection and staged.buffered_reflection_cycle_id == 'buffer-refl-it'
+    assert staged.buffering_reflection is None and staged.reflecting is None
+    # When more lines push the log past the threshold and a step runs
+    more = (
+        staged.active_observations
+        + '\n'
+        + '\n'.join(
+            f'* 🔴 (10:{i:02d}) Later fact {i}: client Ortega paid invoice {2000 + i} by wire.' for i in range(6)
+        )
+    )
+    engine.store.put_record(
+        staged.model_copy(
+            update={'active_observations': more, 'observation_tokens': engine.counter.count_observations(more)}
+        ),
+        expected_version=staged.version,
+    )
+    result = engine.prepare_step(RESOURCE, THREAD, [_say(1, 'Anything new?')])
+    # Then it activates with the buffering's cycle id, the end part reaches the client, later lines are kept
+    by_type = {p['type']: p['data'] for p in result.parts}
+    assert by_type['data-om-activation']['cycleId'] == 'buffer-refl-it'
+    assert by_type['data-om-buffering-end']['operationType'] == 'reflection'
+    head = engine.store.get_record(RECORD_KEY)
+    assert head.generation == staged.generation + 1
+    assert 'Later fact 5: client Ortega paid invoice 2005 by wire.' in head.active_observations
+    assert head.background_parts == ()
