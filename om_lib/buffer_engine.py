@@ -451,6 +451,7 @@ class ThreadBuffering:
             and record.reflection_stalled_at_tokens != record.observation_tokens
             and not (record.reflecting is not None and record.reflecting.active(now))
             and not (record.buffering_reflection is not None and record.buffering_reflection.active(now))
+            and not record.reflection_backing_off(now)
         )
 
     def maybe_start_reflection(

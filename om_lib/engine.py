@@ -46,6 +46,10 @@ from om_lib.work import BackgroundWork, Job
 logger = logging.getLogger(__name__)
 
 LEASE_TTL = timedelta(minutes=2)
+# After a failed reflection run (its retries included), no new run starts for 30 s, doubling per failure up to 30 min:
+# a model outage must not start a workflow execution on every step.
+REFLECTION_RETRY_BASE = timedelta(seconds=30)
+REFLECTION_RETRY_MAX = timedelta(minutes=30)
 LEASE_MARGIN = timedelta(seconds=60)
 MAX_COMMIT_ATTEMPTS = 4
 UNOBSERVED_PAGE = 500
@@ -479,6 +483,8 @@ class MemoryEngine:
             return {'released': False}
         attr = _workflow_lease(job)
         held = getattr(record, attr)
+        failures = (record.reflection_failures or 0) + 1
+        backoff = min(REFLECTION_RETRY_MAX, REFLECTION_RETRY_BASE * 2 ** min(failures - 1, 16))
         released = self._release_lease(
             record,
             attr,
@@ -488,6 +494,8 @@ class MemoryEngine:
             buffered_reflection_input_tokens=None,
             reflected_line_count=None,
             buffered_reflection_cycle_id=None,
+            reflection_failures=failures,
+            reflection_retry_at=self.clock.now() + backoff,
         )
         if job.reason == 'buffer' and self._buffer is not None and held is not None and held.owner == owner:
             error = 'the background reflection failed; past reflection.blockAfter a step reflects synchronously'
@@ -943,6 +951,7 @@ class MemoryEngine:
             and bool(record.active_observations.strip())
             and record.reflection_stalled_at_tokens != record.observation_tokens
             and not _lease_active(record.reflecting, self.clock.now())
+            and not record.reflection_backing_off(self.clock.now())
             # A staged (buffered) reflection is activated by the next step, with no model call.
             and not (self.buffering_reflection and record.buffered_reflection)
         )
@@ -1139,6 +1148,8 @@ class MemoryEngine:
                     'buffered_reflection_input_tokens': None,
                     'reflected_line_count': None,
                     'buffered_reflection_cycle_id': None,
+                    'reflection_failures': None,
+                    'reflection_retry_at': None,
                     'last_buffered_at_tokens': 0,
                     # Still over the threshold after a committed reflection: back off until the log grows.
                     'reflection_stalled_at_tokens': tokens if tokens > threshold else None,

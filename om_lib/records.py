@@ -129,7 +129,14 @@ class OMRecord(_Model):
     # Backoff after a reflection that could not shrink the log: the observation-token count it left behind.
     # Threshold-triggered reflection is skipped while the count is unchanged (spec §12.9, reference #14109).
     reflection_stalled_at_tokens: int | None = None
+    # Backoff after failed reflection workflow runs (a model outage): how many in a row, and no new run before when.
+    reflection_failures: int | None = None
+    reflection_retry_at: datetime | None = None
     observed_timezone: str = 'UTC'
+
+    def reflection_backing_off(self, now: datetime) -> bool:
+        """Did a reflection run fail recently enough that no new one should start yet?"""
+        return self.reflection_retry_at is not None and now < self.reflection_retry_at
 
     def cursor(self, thread_id: str) -> int:
         """The last observed `seq` of a thread (0 when nothing was observed)."""

@@ -511,3 +511,50 @@ def test_a_synchronous_observation_past_block_after_keeps_the_retention_floor_in
     kept = [m for m in raw if (m.seq or 0) <= cursor and m.role == 'assistant']
     assert kept and h.counter.count_messages(raw) >= 200
     assert h.counter.count_messages([m for m in raw if m not in kept]) < 200
+
+
+def test_failed_reflection_runs_back_off_instead_of_starting_on_every_step() -> None:
+    h = Harness(
+        {
+            'model': 'default',
+            'observation': {'messageTokens': 100000, 'bufferTokens': False},
+            'reflection': {'observationTokens': 50},
+        }
+    )
+    record = h.engine._get_or_create_record('r1', 't1')
+    text = '\n'.join(f'* 🟡 (09:{i:02d}) fact number {i} about the plan' for i in range(8))
+    h.store.put_record(
+        record.model_copy(
+            update={'active_observations': text, 'observation_tokens': h.counter.count_observations(text)}
+        ),
+        expected_version=record.version,
+    )
+
+    def reflect_jobs_after_a_step() -> list[Job]:
+        h.work.jobs.clear()
+        h.engine.prepare_step('r1', 't1', [h.user('hi')])
+        return h.jobs('reflect')
+
+    def fail(job: Job, owner: str) -> None:
+        assert h.engine.workflow_check(job, owner)['due'] is True
+        h.engine.workflow_release(job, owner)  # the state machine's catch, after the model's retries ran out
+
+    job = reflect_jobs_after_a_step()[0]
+    fail(job, 'ex-1')
+    assert reflect_jobs_after_a_step() == []  # backing off: no execution per step while the model is down
+    h.clock.advance(timedelta(seconds=35))
+    job = reflect_jobs_after_a_step()[0]
+    fail(job, 'ex-2')
+    assert h.record().reflection_failures == 2
+    h.clock.advance(timedelta(seconds=35))
+    assert reflect_jobs_after_a_step() == []  # the second failure doubled the wait to 60 s
+    h.clock.advance(timedelta(seconds=35))
+    job = reflect_jobs_after_a_step()[0]
+    # The model is back: the run commits and the backoff is forgotten.
+    h.model.script('reflector', '<observations>\n* 🟡 (09:00) the plan, condensed\n</observations>')
+    assert h.engine.workflow_check(job, 'ex-3')['due'] is True
+    assert h.engine.workflow_reflect(job, 'ex-3')['outcome'] == 'reflected'
+    h.engine.workflow_validate(job, 'ex-3')
+    assert h.engine.workflow_commit(job, 'ex-3')['outcome'] == 'committed'
+    head = h.record()
+    assert head.reflection_failures is None and head.reflection_retry_at is None
