@@ -296,11 +296,11 @@ class ThreadBuffering:
             return record
         texts = {c.cycle_id: c.observations for c in record.buffered_chunks}
         for part in waiting:
-            data = dict(part.get('data', {}))
-            text = texts.get(data.get('cycleId', ''))
-            if part.get('type') == 'data-om-buffering-end' and 'observations' not in data and text:
-                data['observations'] = text
-            parts.append({**part, 'data': data})
+            text = texts.get(part['data'].get('cycleId', ''))
+            if part['type'] == 'data-om-buffering-end' and 'observations' not in part['data'] and text:
+                parts.append(om_parts.with_observations(part, text))
+            else:
+                parts.append({**part, 'data': dict(part['data'])})  # a copy: the record's own stays as stored
         delivered = {buf.background_part_key(p) for p in waiting}
 
         def forget(current: OMRecord) -> OMRecord | None:
@@ -389,18 +389,21 @@ class ThreadBuffering:
             thread_title=parsed.thread_title,
         )
 
-        # The record keeps the part without its text: the chunk holds it, and delivery adds it back.
-        ended = om_parts.buffering_end(
-            cycle_id=cycle_id,
-            operation='observation',
-            completed_at=e.clock.now(),
-            duration_ms=e._elapsed_ms(cycle),
-            tokens_buffered=tokens,
-            buffered_tokens=chunk.token_count,
-            observations=None,
-            record_id=record.id,
-            thread_id=thread_id,
-        )
+        completed_at, duration_ms = e.clock.now(), e._elapsed_ms(cycle)
+
+        def ended(record_id: str) -> dict[str, Any]:
+            # Without its text: the record keeps the part next to the chunk that holds it; delivery adds it back.
+            return om_parts.buffering_end(
+                cycle_id=cycle_id,
+                operation='observation',
+                completed_at=completed_at,
+                duration_ms=duration_ms,
+                tokens_buffered=tokens,
+                buffered_tokens=chunk.token_count,
+                observations=None,
+                record_id=record_id,
+                thread_id=thread_id,
+            )
 
         def append(current: OMRecord) -> OMRecord | None:
             cur_cursor = current.cursor(thread_id)
@@ -414,7 +417,7 @@ class ThreadBuffering:
                 update={
                     'buffered_chunks': (*live, chunk),
                     'buffering_observation': hint,
-                    'background_parts': buf.keep_background_part(current.background_parts, ended),
+                    'background_parts': buf.keep_background_part(current.background_parts, ended(current.id)),
                 }
             )
 
@@ -422,19 +425,7 @@ class ThreadBuffering:
         if committed is None:
             self.finish_background(record, 'buffering_observation', cycle_id, None)
             return []
-        return [
-            om_parts.buffering_end(
-                cycle_id=cycle_id,
-                operation='observation',
-                completed_at=e.clock.now(),
-                duration_ms=e._elapsed_ms(cycle),
-                tokens_buffered=tokens,
-                buffered_tokens=chunk.token_count,
-                observations=text,
-                record_id=committed.id,
-                thread_id=thread_id,
-            )
-        ]
+        return [om_parts.with_observations(ended(committed.id), text)]
 
     # -- buffered reflection ----------------------------------------------------------------------------------------
     def reflection_wanted(self, record: OMRecord) -> bool:

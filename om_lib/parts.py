@@ -240,6 +240,11 @@ def buffering_end(
     return _part('buffering-end', data)
 
 
+def with_observations(part: DataPart, observations: str) -> DataPart:
+    """A copy of a `data-om-*` part with its `observations` text set (the stored parts leave it to the chunk)."""
+    return {**part, 'data': {**part['data'], 'observations': observations}}
+
+
 def buffering_failed(
     *,
     cycle_id: str,
