@@ -118,12 +118,26 @@ class Figures:
     parts: dict[str, int] = field(default_factory=dict)
     model_calls: int = 0
     jobs: int = 0
+    record_writes: int = 0  # OM-record writes made inside steps (each one a conditional DynamoDB write in AWS)
 
 
 def run(
     name: str, observation: dict[str, Any], *, steps: int, latency: float, period: float, queue: bool = True
 ) -> Figures:
     clock = ManualClock()
+    store = InMemoryStore()
+    in_step = [False]
+    figures = Figures(name)
+    real_put, real_put_generation = store.put_record, store.put_generation
+
+    def counted(put):  # noqa: ANN001, ANN202 - wraps the store's two record writes
+        def write(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            figures.record_writes += in_step[0]
+            return put(*args, **kwargs)
+
+        return write
+
+    store.put_record, store.put_generation = counted(real_put), counted(real_put_generation)
     model = SimModel(clock, latency)
     work = SimWork(clock, latency)
     router = ModelRouter({'google': model}, clock=clock, sleep=clock.advance)
@@ -135,7 +149,7 @@ def run(
                 'reflection': {'observationTokens': 4000},
             }
         ),
-        store=InMemoryStore(),
+        store=store,
         router=router,
         counter=TokenCounter(get_tokenizer()),
         clock=clock,
@@ -159,16 +173,15 @@ def run(
                 engine.run_job(event.job)
         clock.advance(max(0.0, until - clock.monotonic()))
 
-    figures = Figures(name)
     for n in range(steps):
         run_due(start + n * period)
         before = model.step_calls
-        model.in_step = True
+        model.in_step = in_step[0] = True
         user = Message.model_validate(
             {'id': f'u{n}', 'role': 'user', 'createdAt': clock.now().isoformat(), 'content': text('user', n, 110)}
         )
         result = engine.prepare_step('r1', 't1', [user], step_number=0)
-        model.in_step = False
+        model.in_step = in_step[0] = False
         figures.steps += 1
         if model.step_calls > before:
             figures.waited += 1
@@ -212,6 +225,7 @@ def report(f: Figures) -> None:
         + ', '.join(f'{k.removeprefix("data-om-")} {f.parts.get(k, 0)}' for k in interesting)
     )
     print(f'  model calls in all: {f.model_calls}; background jobs: {f.jobs}')
+    print(f'  OM-record writes inside steps: {f.record_writes} ({f.record_writes / f.steps:.2f} per step)')
 
 
 def write_plot(path: Path, runs: list[Figures]) -> None:
