@@ -2,7 +2,8 @@
 """Bootstrap and run: needs only python3 (3.11+). Creates .venv, installs the project, then runs a command.
 
 python3 dev.py demo     # the local demo (offline model unless GEMINI_API_KEY is set)
-python3 dev.py test     # the whole test suite (pytest)
+python3 dev.py test     # the gates (ruff, ruff format, mypy --strict, the import contract), then the whole test suite
+python3 dev.py lint     # the gates only
 python3 dev.py om ...   # any `om` command inside the environment
 """
 
@@ -45,6 +46,26 @@ def ensure_env() -> None:
     STAMP.write_text(digest)
 
 
+# The static gates, cheapest first; each must pass before the tests run (CI runs them through `dev.py test`).
+GATES = (
+    ('ruff check', ['-m', 'ruff', 'check', '.']),
+    ('ruff format --check', ['-m', 'ruff', 'format', '--check', '.']),
+    ('mypy --strict (om_lib, functions)', ['-m', 'mypy']),
+    ('import-linter contracts', ['-c', 'from importlinter.cli import lint_imports_command; lint_imports_command()']),
+)
+
+
+def run_gates() -> int:
+    """Run every gate; the first failure stops the run with its exit status."""
+    for name, args in GATES:
+        print(f'gate: {name}', flush=True)
+        status = subprocess.call([str(BIN / 'python'), *args], cwd=ROOT)
+        if status != 0:
+            print(f'gate failed: {name}', file=sys.stderr)
+            return status
+    return 0
+
+
 def main(argv: list[str]) -> int:
     """Dispatch `demo`, `test` or `om ...` inside the project environment."""
     if not argv or argv[0] in {'-h', '--help'}:
@@ -52,13 +73,15 @@ def main(argv: list[str]) -> int:
         return 0
     ensure_env()
     command, rest = argv[0], argv[1:]
+    if command == 'lint':
+        return run_gates()
     if command == 'test':
-        return subprocess.call([str(BIN / 'python'), '-m', 'pytest', *rest], cwd=ROOT)
+        return run_gates() or subprocess.call([str(BIN / 'python'), '-m', 'pytest', *rest], cwd=ROOT)
     if command == 'demo':
         return subprocess.call([str(BIN / 'om'), 'demo', *rest], cwd=ROOT)
     if command == 'om':
         return subprocess.call([str(BIN / 'om'), *rest], cwd=ROOT)
-    print(f'unknown command {command!r}; use demo, test or om', file=sys.stderr)
+    print(f'unknown command {command!r}; use demo, test, lint or om', file=sys.stderr)
     return 2
 
 

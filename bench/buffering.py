@@ -185,10 +185,10 @@ def run(
         figures.steps += 1
         if model.step_calls > before:
             figures.waited += 1
-        status = next(p for p in result.parts if p['type'] == 'data-om-status')['data']['windows']['active']
+        status = next(p for p in result.parts.to_json() if p['type'] == 'data-om-status')['data']['windows']['active']
         figures.window.append(status['messages']['tokens'])
         figures.observations.append(status['observations']['tokens'])
-        for part in result.parts:
+        for part in result.parts.to_json():
             figures.parts[part['type']] = figures.parts.get(part['type'], 0) + 1
         run_due(clock.monotonic() + ACTOR_LATENCY_S)
         reply = Message.model_validate(

@@ -11,12 +11,20 @@ import os
 import threading
 import time
 from functools import lru_cache
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from om_lib.config import OMConfig, load_config
 from om_lib.engine import MemoryEngine
+from om_lib.service import MemoryService
+
+if TYPE_CHECKING:
+    from om_lib.adapters.aws_work import AwsBackgroundWork
+    from om_lib.adapters.dynamodb_store import DynamoMemoryStore
+    from om_lib.adapters.dynamodb_vectors import DynamoVectorIndex
+    from om_lib.ports import Embedder, LanguageModel
+    from om_lib.semantic import SemanticMemory
 
 
 class ServiceSettings(BaseModel):
@@ -59,7 +67,7 @@ def config() -> OMConfig:
 
 
 @lru_cache(maxsize=1)
-def store():  # noqa: ANN201 - DynamoMemoryStore, imported lazily
+def store() -> DynamoMemoryStore:
     """The DynamoDB + S3 store."""
     from om_lib.adapters.dynamodb_store import DynamoMemoryStore
 
@@ -68,7 +76,7 @@ def store():  # noqa: ANN201 - DynamoMemoryStore, imported lazily
 
 
 @lru_cache(maxsize=1)
-def background_work():  # noqa: ANN201 - AwsBackgroundWork
+def background_work() -> AwsBackgroundWork:
     """Where observation and reflection jobs go."""
     from om_lib.adapters.aws_work import AwsBackgroundWork
 
@@ -91,7 +99,7 @@ class SecretKey:
         self._read_at = 0.0
         self._lock = threading.Lock()
         try:  # only inside the Lambda Python runtime with SnapStart
-            from snapshot_restore_py import register_after_restore  # type: ignore[import-not-found]
+            from snapshot_restore_py import register_after_restore
 
             register_after_restore(self.invalidate)
         except ImportError:
@@ -114,7 +122,7 @@ class SecretKey:
 
 
 @lru_cache(maxsize=1)
-def providers() -> dict:
+def providers() -> dict[str, LanguageModel]:
     """Model providers: Gemini with the secret's key; the offline model only where explicitly allowed."""
     from om_lib.offline_model import STARTUP_NOTICE, OfflineLanguageModel
 
@@ -157,7 +165,13 @@ def engine() -> MemoryEngine:
 
 
 @lru_cache(maxsize=1)
-def vector_index():  # noqa: ANN201 - DynamoVectorIndex, imported lazily
+def service() -> MemoryService:
+    """The memory service every handler calls: the engine plus semantic search when it is on."""
+    return MemoryService(engine(), semantic=semantic())
+
+
+@lru_cache(maxsize=1)
+def vector_index() -> DynamoVectorIndex:
     """Message vectors in the memory table (semantic search)."""
     from om_lib.adapters.dynamodb_vectors import DynamoVectorIndex
 
@@ -165,7 +179,7 @@ def vector_index():  # noqa: ANN201 - DynamoVectorIndex, imported lazily
 
 
 @lru_cache(maxsize=1)
-def embedder():  # noqa: ANN201 - an Embedder
+def embedder() -> Embedder:
     """The embedder named by OM_EMBEDDING_MODEL; offline runs use the local model if installed, else hashing."""
     from om_lib.embedders import HashingEmbedder
     from om_lib.offline_model import OfflineLanguageModel
@@ -190,12 +204,14 @@ def embedder():  # noqa: ANN201 - an Embedder
         )
         return HashingEmbedder(s.OM_EMBEDDING_DIMENSIONS)
     from om_lib.adapters.gemini_embedder import GeminiEmbedder
+    from om_lib.adapters.gemini_model import GeminiLanguageModel
 
+    assert isinstance(google, GeminiLanguageModel)  # with credentials the `google` provider is Gemini
     return GeminiEmbedder(google, model_id=name.removeprefix('google/'), dimensions=s.OM_EMBEDDING_DIMENSIONS)
 
 
 @lru_cache(maxsize=1)
-def semantic():  # noqa: ANN201 - SemanticMemory | None
+def semantic() -> SemanticMemory | None:
     """Semantic search over messages, or None when neither `retrieval.vector` nor `semanticRecall` is on."""
     resolved = config().resolved()
     if not ((resolved.retrieval is not None and resolved.retrieval.vector) or resolved.semantic_recall is not None):
@@ -249,7 +265,7 @@ def init(*, tokenizer: bool | None = True, models: bool | None = None) -> None:
     snapshotted.
     """
     config()
-    engine()
+    service()
     warm_all = snapshotting()
     if tokenizer or (tokenizer is None and warm_all):
         from om_lib.adapters.tiktoken_counter import preload
@@ -261,5 +277,16 @@ def init(*, tokenizer: bool | None = True, models: bool | None = None) -> None:
 
 def reset() -> None:
     """Forget everything built (tests, and the local stack when its settings change)."""
-    for cached in (settings, config, store, background_work, providers, engine, vector_index, embedder, semantic):
+    for cached in (
+        settings,
+        config,
+        store,
+        background_work,
+        providers,
+        engine,
+        service,
+        vector_index,
+        embedder,
+        semantic,
+    ):
         cached.cache_clear()

@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from om_cli.main import http_json
+from om_cli.wiring import http_json
 
 # Small thresholds so a short conversation shows observation and reflection happening.
 DEMO_CONFIG: dict[str, Any] = {
@@ -55,7 +55,7 @@ def run_demo(
 ) -> list[DemoRow]:
     """Replay the conversation through the local stack's HTTP API; print a table, the memory and write the plot."""
     from om_cli.local_stack import LocalStack
-    from om_cli.main import QUIET_FUNCTIONS, _offline_notice
+    from om_cli.wiring import QUIET_FUNCTIONS, model_notice
 
     started = time.monotonic()
     conversation = load_conversation()
@@ -63,7 +63,7 @@ def run_demo(
     say = (lambda *a: None) if quiet else print
     say('starting the local stack (embedded AWS, functions in-process) ...')
     with LocalStack(port=0, config=config or DEMO_CONFIG, sweep_interval_s=None, env=QUIET_FUNCTIONS) as stack:
-        say(f'API at {stack.url}; {_offline_notice()}\n')
+        say(f'API at {stack.url}; {model_notice()}\n')
         api = stack.url
         base = f'/threads/{thread_id}'
         rows: list[DemoRow] = []

@@ -4,22 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from om_cli.wiring import QUIET_FUNCTIONS, http_json, model_notice
+
 FUNCTIONS = ('api', 'buffer_worker', 'reflection', 'sweeper')
-# Powertools settings that keep the functions' JSON logs and metrics off an interactive terminal.
-QUIET_FUNCTIONS = {'POWERTOOLS_LOG_LEVEL': 'WARNING', 'POWERTOOLS_METRICS_DISABLED': 'true'}
-
-
-def _offline_notice() -> str:
-    from om_cli.wiring import has_model_credentials
-
-    if has_model_credentials(os.environ):
-        return 'model: Gemini (GEMINI_API_KEY / GOOGLE_GEMINI_BASE_URL)'
-    return 'model: the built-in OFFLINE model (no GEMINI_API_KEY set): deterministic, no network'
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -34,7 +25,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     ).start()
     aws = 'embedded moto server' if stack.embedded else 'AWS_ENDPOINT_URL'
     print(f'om serve: {stack.url}  (AWS: {aws} at {stack.endpoint})', flush=True)
-    print(_offline_notice(), flush=True)
+    print(model_notice(), flush=True)
     print(f'try: curl {stack.url}/health', flush=True)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())  # `kill` stops it as cleanly as Ctrl-C
@@ -73,7 +64,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         # The functions' logs would interleave with the conversation; `om serve` shows them.
         stack = LocalStack(port=0, config_file=args.config, env=QUIET_FUNCTIONS).start()
         url = stack.url
-        print(f'(embedded local stack at {url}; {_offline_notice()})')
+        print(f'(embedded local stack at {url}; {model_notice()})')
     try:
         print(f'chatting as resource {args.resource!r} in thread {args.thread!r}; Ctrl-D or /quit to leave')
         while True:
@@ -99,27 +90,6 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if stack is not None:
             stack.stop()
     return 0
-
-
-def http_json(base_url: str, method: str, path: str, body: Any = None, *, timeout: float = 60.0) -> tuple[int, Any]:
-    """One JSON request; answers (status, parsed body) for errors too."""
-    import urllib.error
-    import urllib.request
-
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(
-        base_url + path, data=data, method=method, headers={'Content-Type': 'application/json'}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the user's own server
-            raw = response.read()
-            return response.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        try:
-            return exc.code, json.loads(raw) if raw else None
-        except json.JSONDecodeError:
-            return exc.code, {'error': {'message': raw.decode(errors='replace')}}
 
 
 def message_text(message: dict[str, Any]) -> str:

@@ -1,21 +1,16 @@
-"""Builds engines for local runs: config, tokenizer, model providers, store, clock."""
+"""What the local commands share: the environment they read before the stack's own wiring (`functions/_wiring.py`)
+runs, and a small JSON client for talking to a running stack."""
 
 from __future__ import annotations
 
+import json
 import os
-import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
-
-from om_lib.clock import SystemClock
-from om_lib.config import OMConfig
-from om_lib.engine import MemoryEngine
-from om_lib.model_router import ModelRouter
-from om_lib.offline_model import STARTUP_NOTICE, OfflineLanguageModel
-from om_lib.ports import Clock, LanguageModel, MemoryStore
-from om_lib.tokens import TokenCounter
+from typing import Any
 
 CREDENTIAL_VARS = ('GEMINI_API_KEY', 'GOOGLE_API_KEY')
+# Powertools settings that keep the functions' JSON logs and metrics off an interactive terminal.
+QUIET_FUNCTIONS = {'POWERTOOLS_LOG_LEVEL': 'WARNING', 'POWERTOOLS_METRICS_DISABLED': 'true'}
 
 
 def has_model_credentials(env: Mapping[str, str]) -> bool:
@@ -23,49 +18,29 @@ def has_model_credentials(env: Mapping[str, str]) -> bool:
     return any(env.get(name) for name in CREDENTIAL_VARS) or bool(env.get('GOOGLE_GEMINI_BASE_URL'))
 
 
-@dataclass(frozen=True)
-class Providers:
-    """Model providers by name, and whether everything was routed to the offline model."""
-
-    providers: dict[str, LanguageModel]
-    offline: bool
-
-
-def build_providers(env: Mapping[str, str] | None = None) -> Providers:
-    """`google` → Gemini when credentials exist; otherwise every provider name runs on the offline model."""
-    env = os.environ if env is None else env
-    offline_model = OfflineLanguageModel()
-    if not has_model_credentials(env):
-        return Providers({'google': offline_model, 'offline': offline_model}, offline=True)
-    from om_lib.adapters.gemini_model import GeminiLanguageModel
-
-    api_key = env.get('GEMINI_API_KEY') or env.get('GOOGLE_API_KEY') or 'unset'
-    gemini = GeminiLanguageModel(api_key=api_key, base_url=env.get('GOOGLE_GEMINI_BASE_URL') or None)
-    return Providers({'google': gemini, 'offline': offline_model}, offline=False)
+def model_notice() -> str:
+    """One line saying which model the local stack runs on."""
+    if has_model_credentials(os.environ):
+        return 'model: Gemini (GEMINI_API_KEY / GOOGLE_GEMINI_BASE_URL)'
+    return 'model: the built-in OFFLINE model (no GEMINI_API_KEY set): deterministic, no network'
 
 
-def build_engine(
-    config: OMConfig,
-    *,
-    store: MemoryStore,
-    clock: Clock | None = None,
-    env: Mapping[str, str] | None = None,
-    time_budget_s: float = 20.0,
-    announce: bool = True,
-) -> MemoryEngine:
-    """A MemoryEngine over the given store, with the o200k counter and the providers the environment allows."""
-    from om_lib.adapters.tiktoken_counter import get_tokenizer
+def http_json(base_url: str, method: str, path: str, body: Any = None, *, timeout: float = 60.0) -> tuple[int, Any]:
+    """One JSON request; answers (status, parsed body) for errors too."""
+    import urllib.error
+    import urllib.request
 
-    clock = clock or SystemClock()
-    providers = build_providers(env)
-    if providers.offline and announce:
-        print(STARTUP_NOTICE, file=sys.stderr)
-    router = ModelRouter(providers.providers, clock=clock)
-    return MemoryEngine(
-        config,
-        store=store,
-        router=router,
-        counter=TokenCounter(get_tokenizer()),
-        clock=clock,
-        time_budget_s=time_budget_s,
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        base_url + path, data=data, method=method, headers={'Content-Type': 'application/json'}
     )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the user's own server
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        try:
+            return exc.code, json.loads(raw) if raw else None
+        except json.JSONDecodeError:
+            return exc.code, {'error': {'message': raw.decode(errors='replace')}}

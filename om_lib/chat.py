@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from om_lib.engine import MemoryEngine
+from om_lib.conversation import Conversation
 from om_lib.errors import InvalidInputError, ModelError, OMError
 from om_lib.llm import (
     Content,
@@ -47,11 +47,11 @@ from om_lib.llm import (
     ModelResponse,
 )
 from om_lib.messages import FilePart, ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
-from om_lib.recall import RecallRequest, recall, recall_tool
-from om_lib.semantic import SemanticMemory, embedding_text, format_recalled
-from om_lib.titles import after_turn as title_after_turn
+from om_lib.parts import ActorFailed, CycleParts, ReplyUnsaved, SemanticRecallFailed
+from om_lib.recall import RecallRequest, recall
+from om_lib.semantic import embedding_text, format_recalled
 from om_lib.working_memory import TOOL_NAME as WORKING_MEMORY_TOOL
-from om_lib.working_memory import WorkingMemory, working_memory_of
+from om_lib.working_memory import WorkingMemory
 
 logger = logging.getLogger(__name__)
 
@@ -76,31 +76,30 @@ class ChatResult:
     """The Actor's reply (None when the Actor failed after the user's message was saved) and this call's parts."""
 
     reply: Message | None
-    parts: list[dict[str, Any]]
+    parts: CycleParts
     saved_ids: list[str] = field(default_factory=list)
     actor_calls: int = 0
 
 
 class ChatService:
-    """Steps, Actor call and turns in one call, over a `MemoryEngine`.
+    """Steps, Actor call and turns in one call, over a `Conversation` (the same step and turn as `/steps`, `/turns`).
 
     Args:
-        engine: The memory engine; its router, settings (`actor_model`), counter and clock are used for the Actor.
+        conversation: Steps and turns; its engine's router, settings (`actor_model`), counter and clock serve the Actor.
         id_factory: Makes new message ids (server ids are `msg_<uuid hex>`).
         system_prompt: The Actor's own instructions, placed before the memory system message.
     """
 
     def __init__(
         self,
-        engine: MemoryEngine,
+        conversation: Conversation,
         *,
         id_factory: Callable[[], str] | None = None,
         system_prompt: str = ACTOR_SYSTEM_PROMPT,
-        semantic: SemanticMemory | None = None,
     ) -> None:
-        self.engine = engine
-        # Semantic search (`retrieval.vector`, `semanticRecall`): recall's search mode, recalled context, indexing.
-        self.semantic = semantic
+        self.conversation = conversation
+        self.engine = conversation.engine
+        self.semantic = conversation.semantic
         self._new_id = id_factory or (lambda: f'msg_{uuid.uuid4().hex}')
         self.system_prompt = system_prompt
 
@@ -132,21 +131,14 @@ class ChatService:
         """
         engine = self.engine
         started = engine.clock.monotonic()
-        step = engine.prepare_step(resource_id, thread_id, [message], step_number=step_number)
-        parts = list(step.parts)
+        step = self.conversation.step(resource_id, thread_id, [message], step_number=step_number, read_only=read_only)
+        parts = CycleParts(list(step.parts))
         system = self.system_prompt + ('\n\n' + step.system if step.system.strip() else '')
+        # The step's tools (recall, updateWorkingMemory) run here; the caller's own go back to the caller.
+        internal = {t.name for t in step.tools}
+        offered = [t for t in tools if t.name not in internal] + step.tools
         retrieval = engine.settings.retrieval
-        recall_scope = retrieval.scope if retrieval is not None else 'thread'
-        offered = list(tools)
-        if retrieval is not None and not any(t.name == 'recall' for t in offered):
-            offered.append(recall_tool(recall_scope, vector=retrieval.vector and self.semantic is not None))
-        internal = {'recall'} if retrieval is not None else set()
-        working = working_memory_of(engine.settings.working_memory, engine.store, engine.clock)
-        if working is not None:
-            system += '\n\n' + working.system_text(resource_id, thread_id, read_only=read_only)
-            for tool in working.tools(read_only=read_only):
-                internal.add(tool.name)
-                offered = [t for t in offered if t.name != tool.name] + [tool]
+        recall_scope: Literal['thread', 'resource'] = retrieval.scope if retrieval is not None else 'thread'
         recalled = self._semantic_recall(resource_id, thread_id, message, step.messages, parts)
         if recalled:
             system += '\n\n' + recalled
@@ -171,7 +163,7 @@ class ChatService:
             except ModelError as exc:
                 # The tool rounds are not saved: a retry of the same message runs them again.
                 logger.warning('actor failed', extra={'thread_id': thread_id, 'error': exc.code})
-                parts.append(_actor_failed(exc))
+                parts.add(ActorFailed(error=exc.code, retryable=exc.retryable, model=getattr(exc, 'model', None)))
                 return ChatResult(None, parts, list(step.saved_ids), actor_calls=actor_calls)
             calls = response.function_calls
             runs_tools = bool(calls) and all(c.name in internal for c in calls)
@@ -182,25 +174,19 @@ class ChatService:
                 logger.warning('tool rounds exhausted', extra={'thread_id': thread_id, 'rounds': MAX_TOOL_ROUNDS})
                 response = ModelResponse(text=response.text, model=response.model, usage=response.usage)
                 break
+            working = self.conversation.working
             turn_messages.extend(self._recall_round(response, resource_id, thread_id, recall_scope, working))
 
         reply = self._reply(response)
         saved = list(step.saved_ids)
         try:
-            turn = engine.complete_turn(resource_id, thread_id, [*turn_messages, reply])
+            turn = self.conversation.turn(resource_id, thread_id, [*turn_messages, reply])
         except OMError as exc:
             # The answer exists and the user's message is saved; losing the reply now would hide both.
             logger.warning('reply not saved', extra={'thread_id': thread_id, 'error': exc.code})
-            parts.append({'type': 'data-om-reply-unsaved', 'data': {'error': exc.code, 'retryable': exc.retryable}})
+            parts.add(ReplyUnsaved(error=exc.code, retryable=exc.retryable))
             return ChatResult(reply, parts, saved, actor_calls=actor_calls)
         parts.extend(turn.parts)
-        if self.semantic is not None:
-            self.semantic.schedule(resource_id, thread_id)  # embed this turn's messages, off the path
-        scheduled = list(turn.scheduled)
-        if title_after_turn(engine, resource_id, thread_id, turn.saved):
-            scheduled.append('title')
-        if scheduled:
-            parts.append({'type': 'data-om-scheduled', 'data': {'operations': scheduled}})
         stored = next((m for m in turn.saved if m.id == reply.id), reply)
         return ChatResult(stored, parts, [*saved, *(m.id for m in turn_messages), reply.id], actor_calls=actor_calls)
 
@@ -264,7 +250,7 @@ class ChatService:
         thread_id: str,
         message: Message,
         in_context: Sequence[Message],
-        parts: list[dict[str, Any]],
+        parts: CycleParts,
     ) -> str:
         """`semanticRecall`: earlier messages similar to the user's message, as a system-message section.
 
@@ -286,9 +272,7 @@ class ChatService:
             )
         except OMError as exc:
             logger.warning('semantic recall failed', extra={'thread_id': thread_id, 'error': exc.code})
-            parts.append(
-                {'type': 'data-om-semantic-recall-failed', 'data': {'error': exc.code, 'retryable': exc.retryable}}
-            )
+            parts.add(SemanticRecallFailed(error=exc.code, retryable=exc.retryable))
             return ''
         return format_recalled(recalled, thread_id)
 
@@ -350,15 +334,3 @@ class ChatService:
             return InlineBlob(mime_type=mime, data=data)
         name = part.filename or 'attachment'
         return f'[attachment {name} ({mime}) at {part.url or "inline data"}; not available to you]'
-
-
-def _actor_failed(exc: ModelError) -> dict[str, Any]:
-    return {
-        'type': 'data-om-actor-failed',
-        'data': {
-            'error': exc.code,
-            'message': 'the Actor model did not answer; the message is saved, retry it with the same id',
-            'retryable': exc.retryable,
-            'model': getattr(exc, 'model', None),
-        },
-    }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class OMError(Exception):
     """Root of every error om_lib raises on purpose."""
@@ -134,3 +136,32 @@ class DeadlineExceededError(ModelError):
 
     retryable = True
     code = 'deadline_exceeded'
+
+
+# -- refusals of features that are off or updates that do not fit ------------------------------------------------
+class WorkingMemoryDisabledError(InvalidInputError):
+    """Working memory is off in the configuration (or the route's scope is not the configured one)."""
+
+    code = 'working_memory_disabled'
+
+
+class InvalidWorkingMemoryError(InvalidInputError):
+    """An update that does not fit the format or the schema; nothing was written. `details` names each problem."""
+
+    code = 'invalid_working_memory'
+
+    def __init__(self, message: str, details: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.details = details or []
+
+
+class WorkingMemoryTooLargeError(InvalidWorkingMemoryError):
+    """The updated working memory would be larger than `MAX_WORKING_MEMORY_BYTES`."""
+
+    code = 'working_memory_too_large'
+
+
+class RetrievalDisabledError(InvalidInputError):
+    """The recall tool was asked for while retrieval mode is off."""
+
+    code = 'retrieval_disabled'

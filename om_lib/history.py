@@ -26,7 +26,7 @@ messages — for the same reason: without per-group text the log cannot be cut t
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -76,7 +76,7 @@ def _in_range(message: Message, date_range: DateRange | None) -> bool:
     return (start is None or message.created_at >= start) and (end is None or message.created_at <= end)
 
 
-def iter_messages(store: MemoryStore, resource_id: str, thread_id: str, *, after_seq: int = 0):  # noqa: ANN201
+def iter_messages(store: MemoryStore, resource_id: str, thread_id: str, *, after_seq: int = 0) -> Iterator[Message]:
     """Every message of a thread after `after_seq`, oldest first, read in chunks of `READ_CHUNK`."""
     after = after_seq
     while True:
@@ -174,6 +174,17 @@ def query_messages(
         if message.thread_id in (None, thread_id):
             by_id.setdefault(message.id, message)
     return [*others, *sorted(by_id.values(), key=lambda m: m.seq or 0)], has_more
+
+
+def page_of_messages(
+    store: MemoryStore, resource_id: str, thread_id: str, page: int, per_page: int
+) -> tuple[list[Message], bool]:
+    """Messages `page * per_page ...` in arrival order, and whether more follow.
+
+    Sequence numbers may have holes (deleted messages, abandoned writes), so the offset is counted by reading
+    forward through the store's seq index in chunks; the first pages read only what they show.
+    """
+    return _page(store, resource_id, thread_id, page, per_page, None)
 
 
 # -- cloning ------------------------------------------------------------------------------------------------------

@@ -171,7 +171,7 @@ class ModelRouter:
 
     def _backoff(self, retry_index: int) -> float:
         base = min(self._backoff_base_s * (2**retry_index), self._backoff_cap_s)
-        return base * self._rng.uniform(1 - self._jitter, 1 + self._jitter)
+        return float(base * self._rng.uniform(1 - self._jitter, 1 + self._jitter))
 
 
 def _name_model(exc: ModelError, ref: ModelRef) -> None:

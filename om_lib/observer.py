@@ -725,6 +725,8 @@ class ParsedObservations:
         thread_title: The `<thread-title>` text, or None.
         degenerate: The output looked like a repetition loop; callers retry once and never store it.
         raw: The model's raw text.
+        covered: A multi-thread answer had a section for this thread. An uncovered thread was not observed: its
+            cursor must not move (the caller asks about it again, alone).
     """
 
     observations: str
@@ -733,6 +735,7 @@ class ParsedObservations:
     thread_title: str | None = None
     degenerate: bool = False
     raw: str = ''
+    covered: bool = True
 
 
 _FLAGS = re.IGNORECASE | re.MULTILINE | re.DOTALL
@@ -839,8 +842,9 @@ def _inline_tag(tag: str, text: str) -> tuple[str | None, str]:
 def parse_multi_thread_observer_output(text: str, thread_ids: Sequence[str]) -> dict[str, ParsedObservations]:
     """Parse a resource-scope answer into one result per requested thread.
 
-    Every requested thread gets an entry; a thread the model left out gets empty observations so its cursor can
-    still advance. Sections for ids that were not requested are ignored; repeated sections for one id are joined.
+    Every requested thread gets an entry; a thread the model left out (no section) has `covered=False` and empty
+    observations: it was not observed. Sections for ids that were not requested are ignored; repeated sections for
+    one id are joined.
 
     Args:
         text: The model's raw answer.
@@ -873,6 +877,7 @@ def parse_multi_thread_observer_output(text: str, thread_ids: Sequence[str]) -> 
             suggested_response=next((p[2] for p in parts if p[2]), None),
             thread_title=next((p[3] for p in parts if p[3]), None),
             raw=text,
+            covered=tid in found,
         )
     return result
 

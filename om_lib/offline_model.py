@@ -185,7 +185,7 @@ def _is_question(text: str) -> bool:
     if t.endswith('?'):
         return True
     first = re.match(r"[A-Za-z']+", t)
-    return bool(first) and first.group(0).lower() in _QUESTION_WORDS
+    return first is not None and first.group(0).lower() in _QUESTION_WORDS
 
 
 def _words(text: str) -> set[str]:

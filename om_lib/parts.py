@@ -1,15 +1,34 @@
-"""Builders for the streamed `data-om-*` parts (seed 000, "Streaming data parts"). Field names are the seed's."""
+"""The streamed `data-om-*` parts (seed 000, "Streaming data parts"): one frozen dataclass per kind.
+
+A step, a turn or a background job collects the parts it produces in a `CycleParts`; they become JSON once, at the
+edge (`CycleParts.to_json`). Field names in JSON are the seed's (camelCase); a field that is None is left out.
+Parts that background work keeps on a record until a step answers them are stored as JSON and come back as
+`StoredPart`.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from om_lib.messages import iso
 
 OperationType = Literal['observation', 'reflection']
-DataPart = dict[str, Any]
+JsonPart = dict[str, Any]
+
+# Why a cycle did not commit (CONTRACT §2, README "Failure reasons").
+FailureReason = Literal[
+    'error',
+    'timeout',
+    'deferred',
+    'conflict',
+    'not_smaller',
+    'not_under_target',
+    'invalid_output',
+    'busy',
+]
 
 
 @dataclass(frozen=True)
@@ -25,286 +44,340 @@ class MarkerConfig:
         return {'messageTokens': self.message_tokens, 'observationTokens': self.observation_tokens, 'scope': self.scope}
 
 
-def _part(kind: str, data: dict[str, Any]) -> DataPart:
-    return {'type': f'data-om-{kind}', 'data': data}
+def _camel(name: str) -> str:
+    head, *rest = name.split('_')
+    return head + ''.join(word.title() for word in rest)
 
 
-def observation_start(
-    *,
-    cycle_id: str,
-    operation: OperationType,
-    started_at: datetime,
-    tokens_to_observe: int,
-    record_id: str,
-    thread_id: str,
-    thread_ids: list[str],
-    config: MarkerConfig,
-) -> DataPart:
+def _json_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, MarkerConfig):
+        return value.as_json()
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class OMPart:
+    """A `data-om-*` part. Subclasses name their `TYPE` and declare their fields in the seed's order."""
+
+    TYPE: ClassVar[str] = ''
+
+    def data(self) -> dict[str, Any]:
+        """The part's `data` object: camelCase field names, None fields left out."""
+        return {_camel(f.name): _json_value(v) for f in fields(self) if (v := getattr(self, f.name)) is not None}
+
+    def kind(self) -> str:
+        """The part's `type` (`data-om-…`)."""
+        return self.TYPE
+
+    def to_json(self) -> JsonPart:
+        """`{type, data}` as sent to clients."""
+        return {'type': self.kind(), 'data': self.data()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservationStart(OMPart):
     """`data-om-observation-start`: the Observer or Reflector began."""
-    return _part(
-        'observation-start',
-        {
-            'cycleId': cycle_id,
-            'operationType': operation,
-            'startedAt': iso(started_at),
-            'tokensToObserve': tokens_to_observe,
-            'recordId': record_id,
-            'threadId': thread_id,
-            'threadIds': thread_ids,
-            'config': config.as_json(),
-        },
-    )
+
+    TYPE: ClassVar[str] = 'data-om-observation-start'
+    cycle_id: str
+    operation_type: OperationType
+    started_at: datetime
+    tokens_to_observe: int
+    record_id: str
+    thread_id: str
+    thread_ids: tuple[str, ...]
+    config: MarkerConfig
 
 
-def observation_end(
-    *,
-    cycle_id: str,
-    operation: OperationType,
-    completed_at: datetime,
-    duration_ms: int,
-    tokens_observed: int,
-    observation_tokens: int,
-    observations: str,
-    current_task: str | None,
-    suggested_response: str | None,
-    record_id: str,
-    thread_id: str,
-) -> DataPart:
+@dataclass(frozen=True, kw_only=True)
+class ObservationEnd(OMPart):
     """`data-om-observation-end`: the cycle committed."""
-    data: dict[str, Any] = {
-        'cycleId': cycle_id,
-        'operationType': operation,
-        'completedAt': iso(completed_at),
-        'durationMs': duration_ms,
-        'tokensObserved': tokens_observed,
-        'observationTokens': observation_tokens,
-        'observations': observations,
-        'recordId': record_id,
-        'threadId': thread_id,
-    }
-    if current_task is not None:
-        data['currentTask'] = current_task
-    if suggested_response is not None:
-        data['suggestedResponse'] = suggested_response
-    return _part('observation-end', data)
+
+    TYPE: ClassVar[str] = 'data-om-observation-end'
+    cycle_id: str
+    operation_type: OperationType
+    completed_at: datetime
+    duration_ms: int
+    tokens_observed: int
+    observation_tokens: int
+    observations: str
+    record_id: str
+    thread_id: str
+    current_task: str | None = None
+    suggested_response: str | None = None
 
 
-def observation_failed(
-    *,
-    cycle_id: str,
-    operation: OperationType,
-    failed_at: datetime,
-    duration_ms: int,
-    tokens_attempted: int,
-    error: str,
-    record_id: str,
-    thread_id: str,
-    observations: str = '',
-    retrying: bool = False,
-    reason: str = 'error',
-) -> DataPart:
+@dataclass(frozen=True, kw_only=True)
+class ObservationFailed(OMPart):
     """`data-om-observation-failed`: nothing was committed; the messages stay unobserved.
 
-    `reason` is ours (CONTRACT §2): `error`, `deferred` (the request's time budget ran out; a worker finishes it),
-    `conflict` (another writer won), `not_smaller` (a reflection could not shrink the log).
+    `reason` is ours (CONTRACT §2; the README's failure table says what each one means).
     """
-    return _part(
-        'observation-failed',
-        {
-            'cycleId': cycle_id,
-            'operationType': operation,
-            'failedAt': iso(failed_at),
-            'durationMs': duration_ms,
-            'tokensAttempted': tokens_attempted,
-            'error': error,
-            'reason': reason,
-            'retrying': retrying,
-            'observations': observations,
-            'recordId': record_id,
-            'threadId': thread_id,
-        },
-    )
+
+    TYPE: ClassVar[str] = 'data-om-observation-failed'
+    cycle_id: str
+    operation_type: OperationType
+    failed_at: datetime
+    duration_ms: int
+    tokens_attempted: int
+    error: str
+    reason: FailureReason = 'error'
+    retrying: bool = False
+    observations: str = ''
+    record_id: str
+    thread_id: str
 
 
-def thread_update(*, cycle_id: str, thread_id: str, old_title: str | None, new_title: str, at: datetime) -> DataPart:
+@dataclass(frozen=True, kw_only=True)
+class ThreadUpdate(OMPart):
     """`data-om-thread-update`: the Observer renamed the thread."""
-    data: dict[str, Any] = {'cycleId': cycle_id, 'threadId': thread_id, 'newTitle': new_title, 'timestamp': iso(at)}
-    if old_title is not None:
-        data['oldTitle'] = old_title
-    return _part('thread-update', data)
+
+    TYPE: ClassVar[str] = 'data-om-thread-update'
+    cycle_id: str
+    thread_id: str
+    old_title: str | None = None
+    new_title: str
+    timestamp: datetime
 
 
-def status(
-    *,
-    message_tokens: int,
-    message_threshold: int,
-    observation_tokens: int,
-    observation_threshold: int,
-    buffered_chunks: int = 0,
-    buffered_message_tokens: int = 0,
-    projected_message_removal: int = 0,
-    buffered_observation_tokens: int = 0,
-    buffered_observation_status: str = 'idle',
-    reflection_input_tokens: int = 0,
-    reflection_output_tokens: int = 0,
-    reflection_status: str = 'idle',
-    record_id: str,
-    thread_id: str,
-    step_number: int,
-    generation_count: int,
-) -> DataPart:
+@dataclass(frozen=True)
+class BufferedWindows:
+    """The `buffered` windows of `data-om-status` and of the memory view (seed 000, spec §7.10)."""
+
+    chunks: int = 0
+    message_tokens: int = 0
+    projected_message_removal: int = 0
+    observation_tokens: int = 0
+    observation_status: str = 'idle'
+    reflection_input_tokens: int = 0
+    reflection_output_tokens: int = 0
+    reflection_status: str = 'idle'
+
+    def as_json(self, *, projection: bool = True) -> dict[str, Any]:
+        """`{observations: {...}, reflection: {...}}`; the memory view leaves the projection out."""
+        observations: dict[str, Any] = {'chunks': self.chunks, 'messageTokens': self.message_tokens}
+        if projection:
+            observations['projectedMessageRemoval'] = self.projected_message_removal
+        observations |= {'observationTokens': self.observation_tokens, 'status': self.observation_status}
+        return {
+            'observations': observations,
+            'reflection': {
+                'inputObservationTokens': self.reflection_input_tokens,
+                'observationTokens': self.reflection_output_tokens,
+                'status': self.reflection_status,
+            },
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Status(OMPart):
     """`data-om-status`: the memory's windows, emitted on every step."""
-    return _part(
-        'status',
-        {
+
+    TYPE: ClassVar[str] = 'data-om-status'
+    message_tokens: int
+    message_threshold: int
+    observation_tokens: int
+    observation_threshold: int
+    buffered: BufferedWindows = field(default_factory=BufferedWindows)
+    record_id: str
+    thread_id: str
+    step_number: int
+    generation_count: int
+
+    def data(self) -> dict[str, Any]:
+        """The seed's nested `windows` shape."""
+        return {
             'windows': {
                 'active': {
-                    'messages': {'tokens': message_tokens, 'threshold': message_threshold},
-                    'observations': {'tokens': observation_tokens, 'threshold': observation_threshold},
+                    'messages': {'tokens': self.message_tokens, 'threshold': self.message_threshold},
+                    'observations': {'tokens': self.observation_tokens, 'threshold': self.observation_threshold},
                 },
-                'buffered': {
-                    'observations': {
-                        'chunks': buffered_chunks,
-                        'messageTokens': buffered_message_tokens,
-                        'projectedMessageRemoval': projected_message_removal,
-                        'observationTokens': buffered_observation_tokens,
-                        'status': buffered_observation_status,
-                    },
-                    'reflection': {
-                        'inputObservationTokens': reflection_input_tokens,
-                        'observationTokens': reflection_output_tokens,
-                        'status': reflection_status,
-                    },
-                },
+                'buffered': self.buffered.as_json(),
             },
-            'recordId': record_id,
-            'threadId': thread_id,
-            'stepNumber': step_number,
-            'generationCount': generation_count,
-        },
-    )
+            'recordId': self.record_id,
+            'threadId': self.thread_id,
+            'stepNumber': self.step_number,
+            'generationCount': self.generation_count,
+        }
 
 
-def buffering_start(
-    *,
-    cycle_id: str,
-    operation: OperationType,
-    started_at: datetime,
-    tokens_to_buffer: int,
-    record_id: str,
-    thread_id: str,
-    thread_ids: list[str],
-    config: MarkerConfig,
-) -> DataPart:
+@dataclass(frozen=True, kw_only=True)
+class BufferingStart(OMPart):
     """`data-om-buffering-start`: background buffering of an observation or reflection was started."""
-    return _part(
-        'buffering-start',
-        {
-            'cycleId': cycle_id,
-            'operationType': operation,
-            'startedAt': iso(started_at),
-            'tokensToBuffer': tokens_to_buffer,
-            'recordId': record_id,
-            'threadId': thread_id,
-            'threadIds': thread_ids,
-            'config': config.as_json(),
-        },
-    )
+
+    TYPE: ClassVar[str] = 'data-om-buffering-start'
+    cycle_id: str
+    operation_type: OperationType
+    started_at: datetime
+    tokens_to_buffer: int
+    record_id: str
+    thread_id: str
+    thread_ids: tuple[str, ...]
+    config: MarkerConfig
 
 
-def buffering_end(
-    *,
-    cycle_id: str,
-    operation: OperationType,
-    completed_at: datetime,
-    duration_ms: int,
-    tokens_buffered: int,
-    buffered_tokens: int,
-    observations: str | None,
-    record_id: str,
-    thread_id: str,
-) -> DataPart:
+@dataclass(frozen=True, kw_only=True)
+class BufferingEnd(OMPart):
     """`data-om-buffering-end`: the buffered content is stored, not yet active."""
-    data: dict[str, Any] = {
-        'cycleId': cycle_id,
-        'operationType': operation,
-        'completedAt': iso(completed_at),
-        'durationMs': duration_ms,
-        'tokensBuffered': tokens_buffered,
-        'bufferedTokens': buffered_tokens,
-        'recordId': record_id,
-        'threadId': thread_id,
-    }
-    if observations is not None:
-        data['observations'] = observations
-    return _part('buffering-end', data)
+
+    TYPE: ClassVar[str] = 'data-om-buffering-end'
+    cycle_id: str
+    operation_type: OperationType
+    completed_at: datetime
+    duration_ms: int
+    tokens_buffered: int
+    buffered_tokens: int
+    record_id: str
+    thread_id: str
+    observations: str | None = None
 
 
-def with_observations(part: DataPart, observations: str) -> DataPart:
-    """A copy of a `data-om-*` part with its `observations` text set (the stored parts leave it to the chunk)."""
-    return {**part, 'data': {**part['data'], 'observations': observations}}
+@dataclass(frozen=True, kw_only=True)
+class BufferingFailed(OMPart):
+    """`data-om-buffering-failed`: background buffering failed (the threshold path observes those messages)."""
+
+    TYPE: ClassVar[str] = 'data-om-buffering-failed'
+    cycle_id: str
+    operation_type: OperationType
+    failed_at: datetime
+    duration_ms: int
+    tokens_attempted: int
+    error: str
+    record_id: str
+    thread_id: str
+    reason: FailureReason = 'error'
 
 
-def buffering_failed(
-    *,
-    cycle_id: str,
-    operation: OperationType,
-    failed_at: datetime,
-    duration_ms: int,
-    tokens_attempted: int,
-    error: str,
-    record_id: str,
-    thread_id: str,
-    reason: str = 'error',
-) -> DataPart:
-    """`data-om-buffering-failed`: background buffering failed (the threshold path falls back to observing)."""
-    return _part(
-        'buffering-failed',
-        {
-            'cycleId': cycle_id,
-            'operationType': operation,
-            'failedAt': iso(failed_at),
-            'durationMs': duration_ms,
-            'tokensAttempted': tokens_attempted,
-            'error': error,
-            'recordId': record_id,
-            'threadId': thread_id,
-            'reason': reason,
-        },
-    )
-
-
-def activation(
-    *,
-    cycle_id: str,
-    operation: OperationType,
-    activated_at: datetime,
-    chunks_activated: int,
-    tokens_activated: int,
-    observation_tokens: int,
-    messages_activated: int,
-    generation_count: int,
-    observations: str | None,
-    record_id: str,
-    thread_id: str,
-    config: MarkerConfig,
-    triggered_by: str = 'threshold',
-) -> DataPart:
+@dataclass(frozen=True, kw_only=True)
+class Activation(OMPart):
     """`data-om-activation`: buffered observations or a buffered reflection became active (no model call)."""
-    data: dict[str, Any] = {
-        'cycleId': cycle_id,
-        'operationType': operation,
-        'activatedAt': iso(activated_at),
-        'chunksActivated': chunks_activated,
-        'tokensActivated': tokens_activated,
-        'observationTokens': observation_tokens,
-        'messagesActivated': messages_activated,
-        'generationCount': generation_count,
-        'recordId': record_id,
-        'threadId': thread_id,
-        'config': config.as_json(),
-        'triggeredBy': triggered_by,
-    }
-    if observations is not None:
-        data['observations'] = observations
-    return _part('activation', data)
+
+    TYPE: ClassVar[str] = 'data-om-activation'
+    cycle_id: str
+    operation_type: OperationType
+    activated_at: datetime
+    chunks_activated: int
+    tokens_activated: int
+    observation_tokens: int
+    messages_activated: int
+    generation_count: int
+    record_id: str
+    thread_id: str
+    config: MarkerConfig
+    triggered_by: str = 'threshold'
+    observations: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scheduled(OMPart):
+    """`data-om-scheduled`: background operations this request queued (`buffer`, `observe`, `reflect`, `title`)."""
+
+    TYPE: ClassVar[str] = 'data-om-scheduled'
+    operations: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActorFailed(OMPart):
+    """`data-om-actor-failed`: the chat Actor did not answer; the user's message is saved."""
+
+    TYPE: ClassVar[str] = 'data-om-actor-failed'
+    error: str
+    message: str = 'the Actor model did not answer; the message is saved, retry it with the same id'
+    retryable: bool
+    model: str | None = None
+
+    def data(self) -> dict[str, Any]:
+        """`model` is always present (null when unknown)."""
+        return {'error': self.error, 'message': self.message, 'retryable': self.retryable, 'model': self.model}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplyUnsaved(OMPart):
+    """`data-om-reply-unsaved`: the Actor's reply is returned but could not be saved (send it to `/turns`)."""
+
+    TYPE: ClassVar[str] = 'data-om-reply-unsaved'
+    error: str
+    retryable: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class SemanticRecallFailed(OMPart):
+    """`data-om-semantic-recall-failed`: similar earlier messages could not be looked up for this request."""
+
+    TYPE: ClassVar[str] = 'data-om-semantic-recall-failed'
+    error: str
+    retryable: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredPart(OMPart):
+    """A part that background work stored on a record as JSON, answered by a later step as it was stored."""
+
+    type: str
+    stored: dict[str, Any]
+
+    def kind(self) -> str:
+        """The stored part's type."""
+        return self.type
+
+    def data(self) -> dict[str, Any]:
+        """A copy of the stored data (the record's own stays as stored)."""
+        return dict(self.stored)
+
+    @property
+    def cycle_id(self) -> str:
+        """The cycle the stored part belongs to ('' when it names none)."""
+        return str(self.stored.get('cycleId', ''))
+
+    @classmethod
+    def from_json(cls, part: JsonPart) -> StoredPart:
+        """Wrap a stored `{type, data}` part."""
+        return cls(type=str(part['type']), stored=dict(part['data']))
+
+
+def with_observations(part: BufferingEnd, observations: str) -> BufferingEnd:
+    """A copy of a buffering-end part with its `observations` text set (stored parts leave it to the chunk)."""
+    return replace(part, observations=observations)
+
+
+FAILED_TYPES = frozenset({ObservationFailed.TYPE, BufferingFailed.TYPE})
+
+
+@dataclass
+class CycleParts:
+    """The `data-om-*` parts one step, turn or job produced, in order."""
+
+    items: list[OMPart] = field(default_factory=list)
+
+    def add(self, part: OMPart) -> None:
+        """Append one part."""
+        self.items.append(part)
+
+    def extend(self, parts: Iterable[OMPart]) -> None:
+        """Append several parts."""
+        self.items.extend(parts)
+
+    def of(self, kind: type[OMPart]) -> list[Any]:
+        """The parts of one kind, in order."""
+        return [p for p in self.items if isinstance(p, kind)]
+
+    def failures(self) -> list[dict[str, Any]]:
+        """The `data` of every observation-failed and buffering-failed part (stored ones included)."""
+        return [p.data() for p in self.items if p.kind() in FAILED_TYPES]
+
+    def to_json(self) -> list[JsonPart]:
+        """Every part as `{type, data}`."""
+        return [p.to_json() for p in self.items]
+
+    def __iter__(self) -> Iterator[OMPart]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __bool__(self) -> bool:
+        return bool(self.items)

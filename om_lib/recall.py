@@ -17,7 +17,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from om_lib.config import RetrievalSettings
 from om_lib.errors import InvalidInputError
@@ -103,13 +103,13 @@ class RecallRequest:
         if part_index is not None and part_index < 0:
             raise InvalidInputError('partIndex must be 0 or more')
         return cls(
-            mode=mode,
+            mode=cast(Mode, mode),
             query=_str_arg(args, 'query'),
             cursor=_str_arg(args, 'cursor'),
             thread_id=_str_arg(args, 'threadId'),
             page=_int_arg(args, 'page'),
             limit=limit,
-            detail=detail,
+            detail=cast(Detail, detail),
             part_index=part_index,
             before=_str_arg(args, 'before'),
             after=_str_arg(args, 'after'),

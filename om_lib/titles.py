@@ -5,7 +5,7 @@ background work available (a library user without a queue) it runs inline after 
 already has a title (set by the client, by an earlier job or by the Observer's `threadTitle`) is left alone, so
 duplicate jobs are harmless. A failing title model changes nothing and is not retried: titles are cosmetic.
 
-`observation.threadTitle` is separate: the Observer proposes a new title when the topic changes (engine.py).
+`observation.threadTitle` is separate: the Observer proposes a new title when the topic changes (observation.py).
 """
 
 from __future__ import annotations
@@ -13,15 +13,12 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from om_lib.errors import ModelError, ThreadNotFoundError
 from om_lib.llm import Content, ModelRequest
 from om_lib.messages import Message
+from om_lib.runtime import Runtime
 from om_lib.work import Job
-
-if TYPE_CHECKING:
-    from om_lib.engine import MemoryEngine
 
 logger = logging.getLogger(__name__)
 
@@ -40,43 +37,41 @@ def title_job(resource_id: str, thread_id: str) -> Job:
     return Job('title', resource_id, thread_id, f'title:{resource_id}/{thread_id}', 'first-turn')
 
 
-def after_turn(engine: MemoryEngine, resource_id: str, thread_id: str, saved: Sequence[Message]) -> bool:
+def after_turn(rt: Runtime, resource_id: str, thread_id: str, saved: Sequence[Message]) -> bool:
     """After a saved turn: queue title generation when `generateTitle` is on and this was the untitled thread's first
     turn (no assistant message before it). Never raises. Returns True when a job was queued or a title was set."""
-    if engine.settings.title_generation is None or not saved:
+    if rt.settings.title_generation is None or not saved:
         return False
     try:
-        thread = engine.store.get_thread(resource_id, thread_id)
+        thread = rt.store.get_thread(resource_id, thread_id)
         if thread is None or (thread.title or '').strip():
             return False
         first_seq = min(m.seq or 0 for m in saved)
-        earlier = engine.store.list_messages(
+        earlier = rt.store.list_messages(
             resource_id, thread_id, before_seq=first_seq, limit=FIRST_TURN_LOOKBACK, newest_first=True
         )
         if any(m.role == 'assistant' for m in earlier.messages):
             return False
-        if engine.work is not None:
-            return engine._submit(title_job(resource_id, thread_id))
-        return generate_title(engine, resource_id, thread_id) is not None
+        if rt.work is not None:
+            return rt.submit(title_job(resource_id, thread_id))
+        return generate_title(rt, resource_id, thread_id) is not None
     except Exception:  # noqa: BLE001 - the turn is saved; a title must never fail it
         logger.exception('title generation could not start', extra={'thread_id': thread_id})
         return False
 
 
-def generate_title(
-    engine: MemoryEngine, resource_id: str, thread_id: str, *, deadline: float | None = None
-) -> str | None:
+def generate_title(rt: Runtime, resource_id: str, thread_id: str, *, deadline: float | None = None) -> str | None:
     """Title the thread from its first user message; returns the title set, or None (titled already, nothing to
     title, or the model failed). Raises ThreadNotFoundError when the thread is gone."""
-    settings = engine.settings.title_generation
+    settings = rt.settings.title_generation
     if settings is None:
         return None
-    thread = engine.store.get_thread(resource_id, thread_id)
+    thread = rt.store.get_thread(resource_id, thread_id)
     if thread is None:
         raise ThreadNotFoundError(thread_id)
     if (thread.title or '').strip():
         return None
-    page = engine.store.list_messages(resource_id, thread_id, limit=FIRST_TURN_LOOKBACK)
+    page = rt.store.list_messages(resource_id, thread_id, limit=FIRST_TURN_LOOKBACK)
     first = next((m for m in page.messages if m.role == 'user' and m.text().strip()), None)
     if first is None:
         return None
@@ -87,10 +82,10 @@ def generate_title(
         contents=(Content('user', (f'Title this conversation. Its first user message:\n\n{text}',)),),
         source_messages=(first,),
     )
-    limit = deadline if deadline is not None else engine.clock.monotonic() + engine.time_budget_s
+    limit = deadline if deadline is not None else rt.deadline()
     try:
-        response = engine.router.generate(
-            settings.model, request, input_tokens=engine.counter.count_string(text), deadline=limit
+        response = rt.router.generate(
+            settings.model, request, input_tokens=rt.counter.count_string(text), deadline=limit
         )
     except ModelError as exc:
         logger.warning('title model failed', extra={'thread_id': thread_id, 'error': exc.code})
@@ -98,12 +93,12 @@ def generate_title(
     title = clean_title(response.text)
     if not title:
         return None
-    current = engine.store.get_thread(resource_id, thread_id)
+    current = rt.store.get_thread(resource_id, thread_id)
     if current is None:
         raise ThreadNotFoundError(thread_id)
     if (current.title or '').strip():
         return None  # titled meanwhile (the client or the Observer): theirs wins
-    engine.store.update_thread(current.model_copy(update={'title': title, 'updated_at': engine.clock.now()}))
+    rt.store.update_thread(current.model_copy(update={'title': title, 'updated_at': rt.clock.now()}))
     logger.info('thread titled', extra={'thread_id': thread_id})
     return title
 

@@ -34,7 +34,7 @@ class PackedVector:
     message_id: str
     seq: int
     scale: float
-    values: array  # array('b'): int8
+    values: array[int]  # array('b'): int8
 
 
 def normalise(vector: Sequence[float]) -> list[float]:
@@ -102,7 +102,7 @@ def top_k(
 _FLIP = bytes(b ^ 0x80 for b in range(256))  # int8 as a byte -> that value + 128, as an unsigned byte
 
 
-def int8_dot_products(query: array, vectors: Sequence[array]) -> list[int]:
+def int8_dot_products(query: array[int], vectors: Sequence[array[int]]) -> list[int]:
     """`sum(q[i] * v[i])` for every vector, exactly, about five times faster than a Python loop per vector.
 
     The vectors are laid out column by column, each column one big integer with a 32-bit lane per vector (values
@@ -129,7 +129,7 @@ def int8_dot_products(query: array, vectors: Sequence[array]) -> list[int]:
     return [lane - 128 * total - shift for lane, total in zip(lanes, sums, strict=True)]
 
 
-def _lanes(value: int, n: int) -> array:
+def _lanes(value: int, n: int) -> array[int]:
     lanes = array('I' if array('I').itemsize == 4 else 'L')
     lanes.frombytes(value.to_bytes(4 * n, 'little'))
     if sys.byteorder == 'big':

@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from om_lib.config import WorkingMemoryConfig
-from om_lib.errors import InvalidInputError, OMError, VersionConflictError
+from om_lib.errors import (
+    InvalidInputError,
+    InvalidWorkingMemoryError,
+    OMError,
+    VersionConflictError,
+    WorkingMemoryDisabledError,
+    WorkingMemoryTooLargeError,
+)
 from om_lib.llm import FunctionDeclaration
 from om_lib.ports import Clock, MemoryStore
 from om_lib.records import WorkingMemoryRecord
@@ -49,28 +56,6 @@ DEFAULT_TEMPLATE = """# User Information
 - **Facts**:
 - **Projects**:
 """
-
-
-class WorkingMemoryDisabledError(InvalidInputError):
-    """Working memory is off in the configuration (or the route's scope is not the configured one)."""
-
-    code = 'working_memory_disabled'
-
-
-class InvalidWorkingMemoryError(InvalidInputError):
-    """An update that does not fit the format or the schema; nothing was written. `details` names each problem."""
-
-    code = 'invalid_working_memory'
-
-    def __init__(self, message: str, details: list[dict[str, Any]] | None = None) -> None:
-        super().__init__(message)
-        self.details = details or []
-
-
-class WorkingMemoryTooLargeError(InvalidWorkingMemoryError):
-    """The updated working memory would be larger than `MAX_WORKING_MEMORY_BYTES`."""
-
-    code = 'working_memory_too_large'
 
 
 def deep_merge(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
 
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
@@ -22,13 +23,12 @@ from functions.api.errors import ApiError
 from functions.api.models import AttachmentIn, AttachmentOut
 from functions.api.routes import _errors, _ok, authorize, json_response
 from om_lib.adapters.s3_blobs import thread_prefix
-from om_lib.errors import ThreadNotFoundError
 from om_lib.messages import iso
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-router = APIGatewayRouter()
+router = APIGatewayRouter()  # type: ignore[no-untyped-call]  # Powertools leaves __init__ unannotated
 
 # Larger files are not useful to a model inline (Gemini takes ~20 MB per request) and cost to keep.
 MAX_ATTACHMENT_BYTES = 20 * 1024 * 1024
@@ -55,7 +55,7 @@ def attachment_key(resource_id: str, thread_id: str, filename: str, unique: str)
     responses={**_ok(AttachmentOut, 201, 'Created'), **_errors(400, 401, 403, 404, 413, 422, 500, 503)},
     tags=['attachments'],
 )
-def create_attachment(body: Annotated[AttachmentIn, Body()]):
+def create_attachment(body: Annotated[AttachmentIn, Body()]) -> Response[Any]:
     authorize(body.resource_id)
     if body.size > MAX_ATTACHMENT_BYTES:
         raise ApiError(
@@ -63,8 +63,7 @@ def create_attachment(body: Annotated[AttachmentIn, Body()]):
             'payload_too_large',
             f'attachments are limited to {MAX_ATTACHMENT_BYTES} bytes (this one declares {body.size})',
         )
-    if _wiring.store().get_thread(body.resource_id, body.thread_id) is None:
-        raise ThreadNotFoundError(body.thread_id)
+    _wiring.service().get_thread(body.resource_id, body.thread_id)  # 404 for a missing (or another's) thread
     bucket = _wiring.settings().OM_BUCKET_NAME
     key = attachment_key(body.resource_id, body.thread_id, body.filename, uuid.uuid4().hex)
     expires_at = datetime.now(UTC) + UPLOAD_URL_TTL

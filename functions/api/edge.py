@@ -12,7 +12,7 @@ import binascii
 from collections.abc import Mapping
 from typing import Any
 
-from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 
 from functions import _wiring
@@ -52,11 +52,11 @@ def refuse_early(event: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def install_not_found(app: Any) -> None:
+def install_not_found(app: APIGatewayRestResolver) -> None:
     """404 `not_found` for unknown paths; 405 `method_not_allowed` (with `Allow`) for a known path's other methods."""
 
     @app.not_found
-    def _not_found(_: NotFoundError) -> Response:
+    def _not_found(_: NotFoundError) -> Response[Any]:
         event = app.current_event
         allowed = sorted({route.method for route in _routes(app) if route.rule.match(event.path)})
         if allowed:

@@ -12,12 +12,11 @@ from collections.abc import Iterable, Sequence
 from http import HTTPStatus
 from typing import Any
 
-from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
 from functions._observability import logger
 from om_lib import errors as om
-from om_lib import working_memory as wm
 
 # Errors of the body as a whole that mean "absent or not a JSON object" (a model validator's error is a 422).
 _NOT_AN_OBJECT = frozenset({'missing', 'model_attributes_type', 'model_type', 'dict_type'})
@@ -41,7 +40,7 @@ class ApiError(Exception):
 
 def error_response(
     status: int, code: str, message: str, details: Iterable[dict[str, Any]] = (), headers: dict[str, str] | None = None
-) -> Response:
+) -> Response[Any]:
     """A Powertools response in the error shape."""
     body = {'error': {'code': code, 'message': message, 'details': list(details)}}
     return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body, headers=headers)
@@ -64,9 +63,10 @@ _OM_ERRORS: tuple[tuple[type[om.OMError], int, str], ...] = (
     (om.NotFoundError, 404, 'not_found'),
     (om.MessageConflictError, 409, 'message_conflict'),
     (om.ThreadExistsError, 409, 'thread_exists'),
-    (wm.WorkingMemoryTooLargeError, 413, 'working_memory_too_large'),
-    (wm.InvalidWorkingMemoryError, 422, 'invalid_working_memory'),
-    (wm.WorkingMemoryDisabledError, 422, 'working_memory_disabled'),
+    (om.WorkingMemoryTooLargeError, 413, 'working_memory_too_large'),
+    (om.InvalidWorkingMemoryError, 422, 'invalid_working_memory'),
+    (om.WorkingMemoryDisabledError, 422, 'working_memory_disabled'),
+    (om.RetrievalDisabledError, 422, 'retrieval_disabled'),
     (om.VersionConflictError, 409, 'version_conflict'),
     (om.ErasedError, 409, 'erased'),
     (om.InvalidInputError, 422, 'invalid_input'),
@@ -122,7 +122,7 @@ def validation_details(errors: Sequence[dict[str, Any]]) -> list[dict[str, Any]]
     return details
 
 
-def validation_response(exc: RequestValidationError) -> Response:
+def validation_response(exc: RequestValidationError) -> Response[Any]:
     """400 when the body is not a JSON object, 413 when a list is over its limit, else 422 with field paths."""
     errors = list(exc.errors())
     details = validation_details(errors)
@@ -150,27 +150,27 @@ def validation_response(exc: RequestValidationError) -> Response:
     )
 
 
-def register(app: Any) -> None:
+def register(app: APIGatewayRestResolver) -> None:
     """Install the error handlers on a resolver. `not_found` is installed by the routes (it needs the route table)."""
 
-    @app.exception_handler(RequestValidationError)
-    def _validation(exc: RequestValidationError) -> Response:
+    @app.exception_handler(RequestValidationError)  # type: ignore[untyped-decorator]  # Powertools: unannotated
+    def _validation(exc: RequestValidationError) -> Response[Any]:
         return validation_response(exc)
 
-    @app.exception_handler(ApiError)
-    def _api_error(exc: ApiError) -> Response:
+    @app.exception_handler(ApiError)  # type: ignore[untyped-decorator]
+    def _api_error(exc: ApiError) -> Response[Any]:
         return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers or None)
 
-    @app.exception_handler(om.OMError)
-    def _om_error(exc: om.OMError) -> Response:
+    @app.exception_handler(om.OMError)  # type: ignore[untyped-decorator]
+    def _om_error(exc: om.OMError) -> Response[Any]:
         status, code, message = map_om_error(exc)
         if status >= 500:
             logger.warning('request failed', extra={'error': exc.code, 'status': status}, exc_info=exc)
         headers = {'Retry-After': '5'} if status == 503 else None
         return error_response(status, code, message, getattr(exc, 'details', ()), headers=headers)
 
-    @app.exception_handler(Exception)
-    def _unexpected(exc: Exception) -> Response:
+    @app.exception_handler(Exception)  # type: ignore[untyped-decorator]
+    def _unexpected(exc: Exception) -> Response[Any]:
         # No stack trace or exception text in the answer: it may carry internals. The log has everything.
         logger.exception('unhandled error')
         return error_response(HTTPStatus.INTERNAL_SERVER_ERROR, 'internal_error', _OM_MESSAGES['internal_error'])

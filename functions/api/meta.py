@@ -6,13 +6,13 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
 from functions.api.models import HealthOut
 from functions.api.routes import _ok, json_response
 
-router = APIGatewayRouter()
+router = APIGatewayRouter()  # type: ignore[no-untyped-call]  # Powertools leaves __init__ unannotated
 
 TITLE = 'Observational Memory API'
 PACKAGE = 'om-serverless'
@@ -32,12 +32,12 @@ def version() -> str:
 
 
 @router.get('/health', summary='Liveness', responses=_ok(HealthOut), tags=['meta'], enable_validation=False)
-def health():
+def health() -> Response[Any]:
     return json_response({'status': 'ok', 'version': version()})
 
 
 @router.get('/openapi.json', summary='This API’s OpenAPI 3 document', tags=['meta'], enable_validation=False)
-def openapi():
+def openapi() -> Response[Any]:
     return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=openapi_document())
 
 
@@ -48,7 +48,9 @@ def openapi_document() -> str:
     """The OpenAPI document, generated once per process (generation takes a noticeable fraction of a second)."""
     global _document
     if _document is None:
-        generated = router.api_resolver.get_openapi_json_schema(
+        resolver = router.api_resolver
+        assert isinstance(resolver, APIGatewayRestResolver), 'the router is included in the API resolver'
+        generated = resolver.get_openapi_json_schema(
             title=TITLE,
             version=version(),
             description='Observational memory for LLM agents. Every error has the shape {"error": {code, message, '

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,13 +19,11 @@ from pydantic.alias_generators import to_camel
 
 from functions import _wiring
 from functions._observability import logger
-from functions.api.errors import ApiError
 from functions.api.models import Id
 from functions.api.routes import _errors, _ok, authorize, json_response
-from om_lib.errors import ThreadNotFoundError
-from om_lib.recall import RecallRequest, recall
+from om_lib.service import RecallRequest
 
-router = APIGatewayRouter()
+router = APIGatewayRouter()  # type: ignore[no-untyped-call]  # Powertools leaves __init__ unannotated
 
 
 class _Model(BaseModel):
@@ -97,19 +96,8 @@ class RecallOut(_Model):
     responses={**_ok(RecallOut), **_errors(400, 401, 403, 404, 413, 422, 500, 503)},
     tags=['memory'],
 )
-def post_recall(body: Annotated[RecallIn, Body()]):
+def post_recall(body: Annotated[RecallIn, Body()]) -> Response[Any]:
     authorize(body.resource_id)
-    engine = _wiring.engine()
-    retrieval = engine.settings.retrieval
-    if retrieval is None:
-        raise ApiError(
-            422,
-            'retrieval_disabled',
-            'recall needs retrieval mode: set `retrieval: true` (or `{scope, vector}`) in the OM configuration',
-        )
-    store = engine.store
-    if store.get_thread(body.resource_id, body.thread_id) is None:
-        raise ThreadNotFoundError(body.thread_id)
     request = RecallRequest(
         mode=body.mode,
         query=body.query,
@@ -121,16 +109,6 @@ def post_recall(body: Annotated[RecallIn, Body()]):
         before=body.before,
         after=body.after,
     )
-    result: dict[str, Any] = recall(
-        store,
-        engine.counter,
-        resource_id=body.resource_id,
-        current_thread_id=body.thread_id,
-        request=request,
-        scope=retrieval.scope,
-        semantic=_wiring.semantic() if retrieval.vector else None,
-        # The same ids the Actor saw in `system` (hashed in resource scope by default); real ids work too.
-        obscure_thread_ids=engine.settings.obscure_thread_ids,
-    )
+    result = _wiring.service().recall(body.resource_id, body.thread_id, request)
     logger.info('recall', extra={'thread_id': body.thread_id, 'mode': body.mode, 'count': result.get('count')})
     return json_response(result)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Annotated, Any, Literal
 
@@ -35,25 +34,17 @@ from functions.api.models import (
     TurnsOut,
     message_json,
 )
-from om_lib import history
-from om_lib.chat import ChatService
-from om_lib.errors import ThreadNotFoundError
+from om_lib.llm import FunctionDeclaration
 from om_lib.messages import Message
-from om_lib.recall import declaration_json, step_tools
 from om_lib.records import Thread
-from om_lib.threads import list_resource_threads
-from om_lib.titles import after_turn as title_after_turn
-from om_lib.working_memory import working_memory_of
 
-router = APIGatewayRouter()
+router = APIGatewayRouter()  # type: ignore[no-untyped-call]  # Powertools leaves __init__ unannotated
 
 ThreadId = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS)]
 ResourceIdPath = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS)]
 ResourceIdQuery = Annotated[str, Query(min_length=1, max_length=MAX_ID_CHARS)]
 Page = Annotated[int, Query(ge=0, le=1_000_000)]
 PerPage = Annotated[int, Query(ge=1, le=1000)]
-# The store reads at most this many messages per call while skipping to a later page.
-_SKIP_CHUNK = 1000
 
 
 def _errors(*statuses: int) -> dict[int, Any]:
@@ -69,12 +60,12 @@ def _ok(model: type, status: int = 200, description: str = 'OK') -> dict[int, An
 _COMMON = (400, 401, 403, 413, 422, 500, 503)
 
 
-def json_response(body: Any, status: int = 200) -> Response:
+def json_response(body: Any, status: int = 200) -> Response[Any]:
     """A JSON answer (bodies are built by the routes, so optional fields that are None stay out)."""
     return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
 
 
-def no_content() -> Response:
+def no_content() -> Response[Any]:
     """204 with an empty body."""
     return Response(status_code=204, content_type=None, body='')
 
@@ -90,6 +81,11 @@ def _messages_json(messages: list[Message] | tuple[Message, ...]) -> list[dict[s
     return [message_json(m) for m in messages]
 
 
+def declaration_json(declaration: FunctionDeclaration) -> dict[str, Any]:
+    """A tool declaration as a step lists it: `{name, description, parameters}` (JSON Schema)."""
+    return {'name': declaration.name, 'description': declaration.description, 'parameters': declaration.parameters}
+
+
 # -- conversation -------------------------------------------------------------------------------------------------
 
 
@@ -99,21 +95,21 @@ def _messages_json(messages: list[Message] | tuple[Message, ...]) -> list[dict[s
     responses={**_ok(StepsOut), **_errors(*_COMMON, 404, 409)},
     tags=['conversation'],
 )
-def post_steps(threadId: ThreadId, body: Annotated[StepsIn, Body()]):
+def post_steps(threadId: ThreadId, body: Annotated[StepsIn, Body()]) -> Response[Any]:
     authorize(body.resource_id)
-    engine = _wiring.engine()
-    now = engine.clock.now()
-    messages = [m.to_message(now) for m in body.messages]
+    service = _wiring.service()
+    now = service.now()
     started = time.perf_counter()
-    step = engine.prepare_step(body.resource_id, threadId, messages, step_number=body.step_number)
-    system, tools = step.system, step_tools(engine.settings.retrieval)
-    working = working_memory_of(engine.settings.working_memory, engine.store, engine.clock)
-    if working is not None:
-        block = working.system_text(body.resource_id, threadId, read_only=body.read_only)
-        system = f'{system}\n\n{block}' if system.strip() else block
-        tools += [declaration_json(t) for t in working.tools(read_only=body.read_only)]
+    step = service.step(
+        body.resource_id,
+        threadId,
+        [m.to_message(now) for m in body.messages],
+        step_number=body.step_number,
+        read_only=body.read_only,
+    )
     metrics.add_metric(name='StepLatencyMs', unit=MetricUnit.Milliseconds, value=(time.perf_counter() - started) * 1e3)
-    record_parts_metrics(step.parts)
+    parts = step.parts.to_json()
+    record_parts_metrics(parts)
     logger.info(
         'step',
         extra={
@@ -127,10 +123,10 @@ def post_steps(threadId: ThreadId, body: Annotated[StepsIn, Body()]):
         {
             'threadId': step.thread_id,
             'resourceId': step.resource_id,
-            'system': system,
+            'system': step.system,
             'messages': _messages_json(step.messages),
-            'tools': tools,
-            'parts': step.parts,
+            'tools': [declaration_json(t) for t in step.tools],
+            'parts': parts,
         }
     )
 
@@ -141,20 +137,12 @@ def post_steps(threadId: ThreadId, body: Annotated[StepsIn, Body()]):
     responses={**_ok(TurnsOut), **_errors(*_COMMON, 404, 409)},
     tags=['conversation'],
 )
-def post_turns(threadId: ThreadId, body: Annotated[TurnsIn, Body()]):
+def post_turns(threadId: ThreadId, body: Annotated[TurnsIn, Body()]) -> Response[Any]:
     authorize(body.resource_id)
-    engine = _wiring.engine()
-    now = engine.clock.now()
-    turn = engine.complete_turn(body.resource_id, threadId, [m.to_message(now) for m in body.messages])
-    semantic = _wiring.semantic()
-    if semantic is not None:
-        semantic.schedule(body.resource_id, threadId)  # embed the turn's messages in the background
-    parts = list(turn.parts)
-    scheduled = list(turn.scheduled)
-    if title_after_turn(engine, body.resource_id, threadId, turn.saved):
-        scheduled.append('title')
-    if scheduled:
-        parts.append({'type': 'data-om-scheduled', 'data': {'operations': scheduled}})
+    service = _wiring.service()
+    now = service.now()
+    turn = service.turn(body.resource_id, threadId, [m.to_message(now) for m in body.messages])
+    parts = turn.parts.to_json()
     record_parts_metrics(parts)
     logger.info('turn', extra={'thread_id': threadId, 'saved': len(turn.saved), 'scheduled': turn.scheduled})
     return json_response({'saved': [m.id for m in turn.saved], 'parts': parts})
@@ -170,18 +158,15 @@ def post_turns(threadId: ThreadId, body: Annotated[TurnsIn, Body()]):
     responses={**_ok(ChatOut), **_errors(*_COMMON, 404, 409)},
     tags=['conversation'],
 )
-def post_chat(threadId: ThreadId, body: Annotated[ChatIn, Body()]):
+def post_chat(threadId: ThreadId, body: Annotated[ChatIn, Body()]) -> Response[Any]:
     authorize(body.resource_id)
-    engine = _wiring.engine()
-    result = ChatService(engine, semantic=_wiring.semantic()).chat(
-        body.resource_id, threadId, body.user_message(engine.clock.now()), read_only=body.read_only
-    )
-    record_parts_metrics(result.parts)
+    service = _wiring.service()
+    result = service.chat(body.resource_id, threadId, body.user_message(service.now()), read_only=body.read_only)
+    parts = result.parts.to_json()
+    record_parts_metrics(parts)
     metrics.add_metric(name='ModelCalls', unit=MetricUnit.Count, value=result.actor_calls)
     logger.info('chat', extra={'thread_id': threadId, 'replied': result.reply is not None})
-    return json_response(
-        {'reply': message_json(result.reply) if result.reply is not None else None, 'parts': result.parts}
-    )
+    return json_response({'reply': message_json(result.reply) if result.reply is not None else None, 'parts': parts})
 
 
 # -- memory and messages ------------------------------------------------------------------------------------------
@@ -193,9 +178,9 @@ def post_chat(threadId: ThreadId, body: Annotated[ChatIn, Body()]):
     responses={**_ok(MemoryOut), **_errors(401, 403, 404, 422, 500, 503)},
     tags=['memory'],
 )
-def get_memory(threadId: ThreadId, resourceId: ResourceIdQuery):
+def get_memory(threadId: ThreadId, resourceId: ResourceIdQuery) -> Response[Any]:
     authorize(resourceId)
-    return json_response(_wiring.engine().memory_view(resourceId, threadId))
+    return json_response(_wiring.service().memory(resourceId, threadId))
 
 
 @router.get(
@@ -209,34 +194,10 @@ def get_messages(
     resourceId: ResourceIdQuery,
     page: Page = 0,
     perPage: PerPage = 100,
-):
+) -> Response[Any]:
     authorize(resourceId)
-    store = _wiring.store()
-    if store.get_thread(resourceId, threadId) is None:
-        raise ThreadNotFoundError(threadId)
-    messages, has_more = page_of_messages(store, resourceId, threadId, page, perPage)
+    messages, has_more = _wiring.service().messages(resourceId, threadId, page=page, per_page=perPage)
     return json_response({'messages': _messages_json(messages), 'page': page, 'perPage': perPage, 'hasMore': has_more})
-
-
-def page_of_messages(
-    store: Any, resource_id: str, thread_id: str, page: int, per_page: int
-) -> tuple[tuple[Message, ...], bool]:
-    """Messages `page * per_page ...` in arrival order.
-
-    Sequence numbers may have holes (deleted messages, abandoned writes), so the offset is counted by reading
-    forward through the store's seq index in chunks; the first pages read only what they show.
-    """
-    after, skip = 0, page * per_page
-    while skip > 0:
-        chunk = store.list_messages(resource_id, thread_id, after_seq=after, limit=min(skip, _SKIP_CHUNK))
-        if not chunk.messages:
-            return (), False
-        after = chunk.messages[-1].seq or after
-        skip -= len(chunk.messages)
-        if skip > 0 and not chunk.has_more:
-            return (), False
-    result = store.list_messages(resource_id, thread_id, after_seq=after, limit=per_page)
-    return result.messages, result.has_more
 
 
 # -- threads of a resource, and erasing ---------------------------------------------------------------------------
@@ -272,10 +233,9 @@ def list_threads(
     perPage: PerPage = 100,
     orderBy: Annotated[Literal['createdAt', 'updatedAt'], Query()] = 'createdAt',
     direction: Annotated[Literal['ASC', 'DESC'], Query()] = 'DESC',
-):
+) -> Response[Any]:
     authorize(resourceId)
-    threads, has_more = list_resource_threads(
-        _wiring.store(),
+    threads, has_more = _wiring.service().list_threads(
         resourceId,
         page=page,
         per_page=perPage,
@@ -289,25 +249,12 @@ def list_threads(
 @router.delete(
     '/threads/<threadId>',
     summary='Erase a thread: its messages, observations and attachments',
-    responses={204: {'description': 'Erased'}, **_errors(401, 403, 404, 422, 500, 503)},
+    responses={204: {'description': 'Erased', 'content': {}}, **_errors(401, 403, 404, 422, 500, 503)},
     tags=['threads'],
 )
-def delete_thread(threadId: ThreadId, resourceId: ResourceIdQuery):
+def delete_thread(threadId: ThreadId, resourceId: ResourceIdQuery) -> Response[Any]:
     authorize(resourceId)
-    semantic = _wiring.semantic()
-    try:
-        _wiring.store().delete_thread(resourceId, threadId)
-    finally:  # also when it was erased before: a retry after a failed vector erase must still remove them
-        if semantic is not None:
-            semantic.erase_thread(resourceId, threadId)
-        # Resource scope: the thread's sections leave the shared memory too (a no-op without a resource record).
-        history.erase_thread_from_resource_memory(
-            _wiring.store(),
-            resourceId,
-            threadId,
-            now=datetime.now(UTC),
-            count=_wiring.engine().counter.count_observations,
-        )
+    _wiring.service().erase_thread(resourceId, threadId)
     logger.info('thread erased', extra={'thread_id': threadId})
     return no_content()
 
@@ -315,14 +262,11 @@ def delete_thread(threadId: ThreadId, resourceId: ResourceIdQuery):
 @router.delete(
     '/resources/<resourceId>',
     summary='Erase everything stored for a resource',
-    responses={204: {'description': 'Erased'}, **_errors(401, 403, 422, 500, 503)},
+    responses={204: {'description': 'Erased', 'content': {}}, **_errors(401, 403, 422, 500, 503)},
     tags=['threads'],
 )
-def delete_resource(resourceId: ResourceIdPath):
+def delete_resource(resourceId: ResourceIdPath) -> Response[Any]:
     authorize(resourceId)
-    _wiring.store().delete_resource(resourceId)
-    semantic = _wiring.semantic()
-    if semantic is not None:
-        semantic.erase_resource(resourceId)
+    _wiring.service().erase_resource(resourceId)
     logger.info('resource erased')
     return no_content()

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 from functions.api.models import Id, MessageOut, ThreadOut
-from om_lib.history import DEFAULT_PER_PAGE, DateRange, Include
+from om_lib.service import DEFAULT_PER_PAGE, DateRange, Include
 
 MAX_TITLE_CHARS = 1000
 MAX_INCLUDES = 100

@@ -6,10 +6,9 @@ A thread of another resource reads as missing (404 `thread_not_found`); a taken 
 
 from __future__ import annotations
 
-import dataclasses
-import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
@@ -38,45 +37,11 @@ from functions.api.thread_models import (
     ThreadEnvelope,
     ThreadPatchIn,
 )
-from om_lib import history
-from om_lib.errors import ThreadNotFoundError
-from om_lib.working_memory import WorkingMemory, working_memory_of
+from om_lib.service import Include
 
-router = APIGatewayRouter()
+router = APIGatewayRouter()  # type: ignore[no-untyped-call]  # Powertools leaves __init__ unannotated
 
 OptionalResourceIdQuery = Annotated[str | None, Query(min_length=1, max_length=MAX_ID_CHARS)]
-
-
-def _now():  # noqa: ANN202 - datetime
-    return _wiring.engine().clock.now()
-
-
-WORKING_MEMORY_KEY = 'workingMemory'
-
-
-def _initial_working_memory(resource_id: str, thread_id: str, metadata: dict | None) -> tuple[dict | None, object]:
-    """Split `metadata.workingMemory` (seed 003: the initial working memory) off the metadata, checked first.
-
-    With working memory on, the value is validated before anything is written (a refused request writes nothing) and
-    is not kept in the metadata: it lives in working memory, where the Actor's updates go. Returns the metadata to
-    store and the update to apply (`...` for none).
-    """
-    engine = _wiring.engine()
-    working = working_memory_of(engine.settings.working_memory, engine.store, engine.clock)
-    if working is None or not metadata or WORKING_MEMORY_KEY not in metadata:
-        return metadata, ...
-    update = metadata[WORKING_MEMORY_KEY]
-    working.check(update, working.get(resource_id, thread_id).value)
-    return {k: v for k, v in metadata.items() if k != WORKING_MEMORY_KEY}, update
-
-
-def _apply_working_memory(resource_id: str, thread_id: str, update: object) -> None:
-    if update is ...:
-        return
-    engine = _wiring.engine()
-    working = working_memory_of(engine.settings.working_memory, engine.store, engine.clock)
-    assert isinstance(working, WorkingMemory)
-    working.update(resource_id, thread_id, update)
 
 
 @router.post(
@@ -90,12 +55,9 @@ def _apply_working_memory(resource_id: str, thread_id: str, update: object) -> N
     responses={**_ok(ThreadEnvelope, 201, 'Created'), **_errors(*_COMMON, 409)},
     tags=['threads'],
 )
-def create_thread(body: Annotated[ThreadCreateIn, Body()]):
+def create_thread(body: Annotated[ThreadCreateIn, Body()]) -> Response[Any]:
     authorize(body.resource_id)
-    thread_id = body.id or str(uuid.uuid4())
-    metadata, working_memory = _initial_working_memory(body.resource_id, thread_id, body.metadata)
-    thread = _wiring.store().create_thread(body.resource_id, thread_id, title=body.title, metadata=metadata, now=_now())
-    _apply_working_memory(body.resource_id, thread.id, working_memory)
+    thread = _wiring.service().create_thread(body.resource_id, body.id, title=body.title, metadata=body.metadata)
     logger.info('thread created', extra={'thread_id': thread.id})
     return json_response({'thread': thread_json(thread)}, 201)
 
@@ -106,12 +68,9 @@ def create_thread(body: Annotated[ThreadCreateIn, Body()]):
     responses={**_ok(ThreadEnvelope), **_errors(401, 403, 404, 422, 500, 503)},
     tags=['threads'],
 )
-def get_thread(threadId: ThreadId, resourceId: ResourceIdQuery):
+def get_thread(threadId: ThreadId, resourceId: ResourceIdQuery) -> Response[Any]:
     authorize(resourceId)
-    thread = _wiring.store().get_thread(resourceId, threadId)
-    if thread is None:
-        raise ThreadNotFoundError(threadId)
-    return json_response({'thread': thread_json(thread)})
+    return json_response({'thread': thread_json(_wiring.service().get_thread(resourceId, threadId))})
 
 
 @router.patch(
@@ -126,21 +85,10 @@ def get_thread(threadId: ThreadId, resourceId: ResourceIdQuery):
     responses={**_ok(ThreadEnvelope), **_errors(*_COMMON, 404)},
     tags=['threads'],
 )
-def patch_thread(threadId: ThreadId, body: Annotated[ThreadPatchIn, Body()]):
+def patch_thread(threadId: ThreadId, body: Annotated[ThreadPatchIn, Body()]) -> Response[Any]:
     authorize(body.resource_id)
-    store = _wiring.store()
-    thread = store.get_thread(body.resource_id, threadId)
-    if thread is None:
-        raise ThreadNotFoundError(threadId)
-    update: dict[str, object] = {'updated_at': _now()}
-    working_memory: object = ...
-    if 'title' in body.model_fields_set:
-        update['title'] = body.title
-    if 'metadata' in body.model_fields_set:
-        metadata, working_memory = _initial_working_memory(body.resource_id, threadId, body.metadata)
-        update['metadata'] = dict(metadata or {})
-    updated = store.update_thread(thread.model_copy(update=update))
-    _apply_working_memory(body.resource_id, threadId, working_memory)
+    changes: dict[str, Any] = {n: getattr(body, n) for n in ('title', 'metadata') if n in body.model_fields_set}
+    updated = _wiring.service().update_thread(body.resource_id, threadId, changes)
     return json_response({'thread': thread_json(updated)})
 
 
@@ -156,25 +104,16 @@ def patch_thread(threadId: ThreadId, body: Annotated[ThreadPatchIn, Body()]):
     responses={**_ok(CloneOut, 201, 'Created'), **_errors(*_COMMON, 404, 409)},
     tags=['threads'],
 )
-def clone_thread(threadId: ThreadId, body: Annotated[ThreadCloneIn, Body()]):
+def clone_thread(threadId: ThreadId, body: Annotated[ThreadCloneIn, Body()]) -> Response[Any]:
     authorize(body.resource_id)
-    thread, cloned = history.clone_thread(
-        _wiring.store(),
+    thread, cloned = _wiring.service().clone_thread(
         body.resource_id,
         threadId,
         new_thread_id=body.new_thread_id,
         title=body.title,
         message_limit=body.message_limit,
         date_range=body.date_range.as_range() if body.date_range else None,
-        now=_now(),
     )
-    engine = _wiring.engine()
-    working = working_memory_of(engine.settings.working_memory, engine.store, engine.clock)
-    if working is not None and working.scope == 'thread':
-        # Thread-scoped working memory goes with the clone (resource scope is shared already).
-        source = working.get(body.resource_id, threadId).value
-        if source is not None:
-            working.update(body.resource_id, thread.id, source)
     logger.info('thread cloned', extra={'thread_id': threadId, 'clone_id': thread.id, 'messages': len(cloned)})
     return json_response({'thread': thread_json(thread), 'clonedMessages': [message_json(m) for m in cloned]}, 201)
 
@@ -192,19 +131,17 @@ def clone_thread(threadId: ThreadId, body: Annotated[ThreadCloneIn, Body()]):
     responses={**_ok(MessagesQueryOut), **_errors(*_COMMON, 404)},
     tags=['memory'],
 )
-def query_messages(threadId: ThreadId, body: Annotated[MessagesQueryIn, Body()]):
+def query_messages(threadId: ThreadId, body: Annotated[MessagesQueryIn, Body()]) -> Response[Any]:
     authorize(body.resource_id)
-    messages, has_more = history.query_messages(
-        _wiring.store(),
+    include: list[Include] = [i.as_include() for i in body.include or ()]
+    messages, has_more = _wiring.service().query_messages(
         body.resource_id,
         threadId,
         page=body.page,
         per_page=body.per_page,
         date_range=body.date_range.as_range() if body.date_range else None,
-        include=[i.as_include() for i in body.include or ()],
+        include=include,
         vector_search_string=body.vector_search_string,
-        semantic=_wiring.semantic(),
-        semantic_recall=_semantic_recall_settings(),
     )
     return json_response({'messages': [message_json(m) for m in messages], 'hasMore': has_more})
 
@@ -216,14 +153,14 @@ def query_messages(threadId: ThreadId, body: Annotated[MessagesQueryIn, Body()])
         '`messageIds` left out clears the thread. `resourceId` may come in the body or as a query parameter. '
         'Observations made from deleted messages are dropped (the rest is observed again).'
     ),
-    responses={204: {'description': 'Deleted'}, **_errors(*_COMMON, 404)},
+    responses={204: {'description': 'Deleted', 'content': {}}, **_errors(*_COMMON, 404)},
     tags=['memory'],
 )
 def delete_messages(
     threadId: ThreadId,
     resourceId: OptionalResourceIdQuery = None,
     body: Annotated[MessagesDeleteIn | None, Body()] = None,
-):
+) -> Response[Any]:
     from_body = body.resource_id if body else None
     if from_body and resourceId and from_body != resourceId:
         raise ApiError(422, 'validation_error', 'resourceId differs between the body and the query string')
@@ -236,24 +173,6 @@ def delete_messages(
             [{'location': 'body', 'field': 'resourceId', 'type': 'missing', 'message': 'Field required'}],
         )
     authorize(resource_id)
-    deleted = history.forget_messages(
-        _wiring.store(),
-        resource_id,
-        threadId,
-        body.message_ids if body else None,
-        now=_now(),
-        count=_wiring.engine().counter.count_observations,
-    )
-    semantic = _wiring.semantic()
-    if semantic is not None:
-        semantic.forget_messages(resource_id, threadId, body.message_ids if body else None)
+    deleted = _wiring.service().delete_messages(resource_id, threadId, body.message_ids if body else None)
     logger.info('messages deleted', extra={'thread_id': threadId, 'deleted': deleted})
     return no_content()
-
-
-def _semantic_recall_settings():  # noqa: ANN202 - SemanticRecallSettings | None
-    """`semanticRecall` as configured; with only `retrieval: {vector: true}`, the defaults in retrieval's scope."""
-    settings = _wiring.engine().settings
-    if settings.semantic_recall is not None or settings.retrieval is None:
-        return settings.semantic_recall
-    return dataclasses.replace(history.DEFAULT_SEMANTIC_RECALL, scope=settings.retrieval.scope)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,10 +32,8 @@ from functions.api.routes import (
     authorize,
     json_response,
 )
-from om_lib.errors import ThreadNotFoundError
-from om_lib.working_memory import WorkingMemory, WorkingMemoryDisabledError, working_memory_of
 
-router = APIGatewayRouter()
+router = APIGatewayRouter()  # type: ignore[no-untyped-call]  # Powertools leaves __init__ unannotated
 
 OptionalResourceIdQuery = Annotated[str | None, Query(min_length=1, max_length=MAX_ID_CHARS)]
 
@@ -62,22 +61,6 @@ class WorkingMemoryOut(_Model):
     format: Literal['markdown', 'json']
 
 
-def _working_memory() -> WorkingMemory:
-    engine = _wiring.engine()
-    working = working_memory_of(engine.settings.working_memory, engine.store, engine.clock)
-    if working is None:
-        raise WorkingMemoryDisabledError(
-            'working memory is off: set `workingMemory: {"enabled": true}` (with a `template` or a `schema`) in the '
-            'OM configuration'
-        )
-    return working
-
-
-def _owned_thread(resource_id: str, thread_id: str) -> None:
-    if _wiring.store().get_thread(resource_id, thread_id) is None:
-        raise ThreadNotFoundError(thread_id)
-
-
 def _resource_of(path_or_query: str | None, body: WorkingMemoryIn) -> str:
     from_body = body.resource_id
     if from_body and path_or_query and from_body != path_or_query:
@@ -103,9 +86,9 @@ _DISABLED_OR_INVALID = 'Working memory off (`working_memory_disabled`) or an inv
     responses={**_ok(WorkingMemoryOut), **_errors(401, 403, 422, 500, 503)},
     tags=['memory'],
 )
-def get_resource_working_memory(resourceId: ResourceIdPath):
+def get_resource_working_memory(resourceId: ResourceIdPath) -> Response[Any]:
     authorize(resourceId)
-    return json_response(_working_memory().get(resourceId, None).to_json())
+    return json_response(_wiring.service().working_memory(resourceId, None).to_json())
 
 
 @router.put(
@@ -115,10 +98,10 @@ def get_resource_working_memory(resourceId: ResourceIdPath):
     responses={**_ok(WorkingMemoryOut), **_errors(*_COMMON, 409)},
     tags=['memory'],
 )
-def put_resource_working_memory(resourceId: ResourceIdPath, body: Annotated[WorkingMemoryIn, Body()]):
+def put_resource_working_memory(resourceId: ResourceIdPath, body: Annotated[WorkingMemoryIn, Body()]) -> Response[Any]:
     resource_id = _resource_of(resourceId, body)
     authorize(resource_id)
-    view = _working_memory().update(resource_id, None, body.working_memory)
+    view = _wiring.service().update_working_memory(resource_id, None, body.working_memory)
     logger.info('working memory updated', extra={'scope': view.scope})
     return json_response(view.to_json())
 
@@ -130,11 +113,9 @@ def put_resource_working_memory(resourceId: ResourceIdPath, body: Annotated[Work
     responses={**_ok(WorkingMemoryOut), **_errors(401, 403, 404, 422, 500, 503)},
     tags=['memory'],
 )
-def get_thread_working_memory(threadId: ThreadId, resourceId: ResourceIdQuery):
+def get_thread_working_memory(threadId: ThreadId, resourceId: ResourceIdQuery) -> Response[Any]:
     authorize(resourceId)
-    working = _working_memory()
-    _owned_thread(resourceId, threadId)
-    return json_response(working.get(resourceId, threadId).to_json())
+    return json_response(_wiring.service().working_memory(resourceId, threadId).to_json())
 
 
 @router.put(
@@ -149,11 +130,9 @@ def get_thread_working_memory(threadId: ThreadId, resourceId: ResourceIdQuery):
 )
 def put_thread_working_memory(
     threadId: ThreadId, body: Annotated[WorkingMemoryIn, Body()], resourceId: OptionalResourceIdQuery = None
-):
+) -> Response[Any]:
     resource_id = _resource_of(resourceId, body)
     authorize(resource_id)
-    working = _working_memory()
-    _owned_thread(resource_id, threadId)
-    view = working.update(resource_id, threadId, body.working_memory)
+    view = _wiring.service().update_working_memory(resource_id, threadId, body.working_memory)
     logger.info('working memory updated', extra={'thread_id': threadId, 'scope': view.scope})
     return json_response(view.to_json())

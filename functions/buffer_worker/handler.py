@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -65,38 +66,21 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
     except (ValueError, KeyError, TypeError) as exc:
         logger.error('malformed job', message_id=record.message_id, error=str(exc))
         raise MalformedJobError(f'message {record.message_id} is not a job: {exc}') from exc
-    if job.kind == 'embed':
-        _run_embed_job(job, deadline)
-        return
     try:
-        parts = _wiring.engine().run_job(job, deadline=deadline)
+        parts = _wiring.service().run_job(job, deadline=deadline)
     except (ThreadNotFoundError, ErasedError):
         logger.info('thread is gone; nothing to do', record_key=job.record_key, kind=job.kind)
         return
     except OMError as exc:
         logger.warning('job failed', record_key=job.record_key, kind=job.kind, retryable=exc.retryable, error=str(exc))
         raise
-    record_parts_metrics(parts)
-    failed = [p['data'] for p in parts if p['type'] in ('data-om-observation-failed', 'data-om-buffering-failed')]
+    record_parts_metrics(parts.to_json())
+    failed = parts.failures()
     if any(data.get('reason') in _RETRY_REASONS for data in failed):
         raise JobIncompleteError(f'{job.kind} of {job.record_key} failed: {failed[-1].get("error")}')
 
 
 @logger.inject_lambda_context
 @metrics.log_metrics
-def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
-
-
-def _run_embed_job(job: Job, deadline: float | None) -> None:
-    """Index a thread's new messages for semantic search (a failed embedding call is redelivered by SQS)."""
-    semantic = _wiring.semantic()
-    if semantic is None:
-        logger.info('semantic search is off; embed job dropped', record_key=job.record_key)
-        return
-    try:
-        added = semantic.index_thread(job.resource_id, job.thread_id, deadline=deadline)
-    except OMError as exc:
-        logger.warning('embed job failed', record_key=job.record_key, retryable=exc.retryable, error=str(exc))
-        raise
-    logger.info('thread indexed', record_key=job.record_key, vectors=added)

@@ -34,6 +34,6 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     if task not in TASKS or not isinstance(owner, str) or not owner:
         raise ValueError(f'expected {{"task": one of {sorted(TASKS)}, "job": {{...}}, "owner": "..."}}, got {event!r}')
     job = Job.from_json(event['job'])
-    result: dict[str, Any] = getattr(_wiring.engine(), f'workflow_{task}')(job, owner)
+    result = _wiring.service().workflow_task(task, job, owner)
     logger.info('reflection task done', task=task, record_key=job.record_key, owner=owner, result=result)
     return result

@@ -26,6 +26,6 @@ if os.environ.get('AWS_LAMBDA_FUNCTION_NAME'):
 
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    jobs = _wiring.engine().sweep()
+    jobs = _wiring.service().sweep()
     logger.info('swept', submitted=len(jobs), kinds=sorted({job.kind for job in jobs}))
     return {'submitted': len(jobs)}

@@ -111,10 +111,12 @@ def create_table(client: DynamoDBClient, table_name: str, *, wait: bool = True) 
         wait: Block until the table is ACTIVE (dynalite creates tables asynchronously).
     """
     with aws_errors():
-        client.create_table(**table_definition(table_name))  # type: ignore[arg-type]
+        client.create_table(**table_definition(table_name))
         if wait:
             client.get_waiter('table_exists').wait(
-                TableName=table_name, WaiterConfig={'Delay': 0.2, 'MaxAttempts': 100}
+                TableName=table_name,
+                # A fractional delay works (botocore sleeps it): dynalite creates a table in milliseconds.
+                WaiterConfig={'Delay': 0.2, 'MaxAttempts': 100},  # type: ignore[typeddict-item]
             )
     try:
         client.update_time_to_live(

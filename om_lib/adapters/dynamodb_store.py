@@ -31,10 +31,10 @@ import logging
 import threading
 import uuid
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
@@ -653,7 +653,7 @@ class DynamoMemoryStore:
             if big.uploaded:
                 self.blobs.delete([big.uploaded])
             if _is_conditional_failure(exc):
-                current = exc.response.get('Item') or self._get(target.pk, META)
+                current = cast('Mapping[str, Any] | None', exc.response.get('Item')) or self._get(target.pk, META)
                 if current and 'erased_at' in current:
                     raise ErasedError(f'{record.key} was erased; late work is dropped') from exc
                 raise VersionConflictError(record.key, expected_version) from exc
@@ -709,7 +709,7 @@ class DynamoMemoryStore:
             if big.uploaded:
                 self.blobs.delete([big.uploaded])
             if _is_conditional_failure(exc):
-                current = exc.response.get('Item') or self._get(target.pk, META)
+                current = cast('Mapping[str, Any] | None', exc.response.get('Item')) or self._get(target.pk, META)
                 if current and 'erased_at' in current:
                     self._delete_items([archive_key])
                     raise ErasedError(f'{new.key} was erased; late work is dropped') from exc
@@ -907,12 +907,15 @@ class DynamoMemoryStore:
             'updated_at': _s(_iso(memory.updated_at)),
         }
         try:
-            self.ddb.put_item(
-                TableName=self.table_name,
-                Item=item,
-                ConditionExpression=condition,
-                **({'ExpressionAttributeValues': values} if values else {}),
-            )
+            if values:
+                self.ddb.put_item(
+                    TableName=self.table_name,
+                    Item=item,
+                    ConditionExpression=condition,
+                    ExpressionAttributeValues=values,
+                )
+            else:
+                self.ddb.put_item(TableName=self.table_name, Item=item, ConditionExpression=condition)
         except ClientError as exc:
             if _is_conditional_failure(exc):
                 raise VersionConflictError(

@@ -47,7 +47,7 @@ class GeminiEmbedder:
             return []
         deadline = time.monotonic() + timeout_s
         sdk = _sdk()
-        client = self.gemini._get_client()
+        client = self.gemini.client()
         out: list[list[float]] = []
         for start in range(0, len(texts), BATCH):
             left = deadline - time.monotonic()

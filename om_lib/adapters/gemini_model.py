@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from om_lib.errors import (
     DeadlineExceededError,
@@ -202,7 +202,7 @@ class GeminiLanguageModel:
         if timeout_s <= 0:
             raise DeadlineExceededError(f'no time left to call {model_id}')
         sdk = _sdk()
-        client = self._get_client()
+        client = self.client()
         config = self._config(sdk, model_id, request, timeout_s)
         contents = [_to_content(sdk, content) for content in request.contents]
         if not any(content.parts for content in contents):
@@ -212,7 +212,8 @@ class GeminiLanguageModel:
             response = client.models.generate_content(model=model_id, contents=contents, config=config)
         return _to_model_response(response, model_id)
 
-    def _get_client(self) -> genai.Client:
+    def client(self) -> genai.Client:
+        """The google-genai client for the current key (the embedder shares it)."""
         # Warm Lambda invocations reuse the client (and its connection pool); the lock keeps threads from racing.
         key = self._api_key_provider() if self._api_key_provider is not None else self._api_key
         with self._lock:
@@ -260,18 +261,21 @@ class GeminiLanguageModel:
                     ]
                 )
             ]
-        return types.GenerateContentConfig(
-            system_instruction=request.system or None,
-            temperature=request.temperature,
-            max_output_tokens=clamp_max_output_tokens(model_id, request.max_output_tokens),
-            thinking_config=thinking_config,
-            tools=tools,
-            # We hand function calls back to the caller; the SDK must not try to execute them.
-            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
-            http_options=types.HttpOptions(
-                # HttpOptions.timeout is in milliseconds, and 0 would mean "no timeout" to the client.
-                timeout=max(1, math.ceil(timeout_s * 1000)),
-                retry_options=types.HttpRetryOptions(attempts=1),
+        return cast(
+            'genai_types.GenerateContentConfig',
+            types.GenerateContentConfig(
+                system_instruction=request.system or None,
+                temperature=request.temperature,
+                max_output_tokens=clamp_max_output_tokens(model_id, request.max_output_tokens),
+                thinking_config=thinking_config,
+                tools=tools,
+                # We hand function calls back to the caller; the SDK must not try to execute them.
+                automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+                http_options=types.HttpOptions(
+                    # HttpOptions.timeout is in milliseconds, and 0 would mean "no timeout" to the client.
+                    timeout=max(1, math.ceil(timeout_s * 1000)),
+                    retry_options=types.HttpRetryOptions(attempts=1),
+                ),
             ),
         )
 
@@ -300,10 +304,16 @@ def _map_errors(sdk: _Sdk, model_id: str) -> Iterator[None]:
 
 
 def _to_content(sdk: _Sdk, content: Content) -> genai_types.Content:
-    return sdk.types.Content(role=content.role, parts=[_to_part(sdk, part) for part in content.parts])
+    return cast(
+        'genai_types.Content', sdk.types.Content(role=content.role, parts=[_to_part(sdk, p) for p in content.parts])
+    )
 
 
 def _to_part(sdk: _Sdk, part: ContentPart) -> genai_types.Part:
+    return cast('genai_types.Part', _sdk_part(sdk, part))
+
+
+def _sdk_part(sdk: _Sdk, part: ContentPart) -> Any:
     types = sdk.types
     if isinstance(part, str):
         return types.Part.from_text(text=part)

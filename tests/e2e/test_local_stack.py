@@ -72,23 +72,22 @@ def test_step_past_message_tokens_observes_in_the_request(api):
 
 
 def test_reflection_runs_through_the_state_machine(api, stack):
-    # Given observations that grow past reflection.observationTokens over a few steps
+    # Given a conversation saved through turns only: each turn queues the observation that is due for the worker,
+    # and the turn that finds observations past reflection.observationTokens starts the reflection workflow
+    # (a step would reflect in the request itself: bufferTokens is false here)
     thread, resource = 'refl-1', 'alice'
     for i in range(4):
         status, body = api.post(
-            f'/threads/{thread}/steps', {'resourceId': resource, 'messages': [user(long_text(f't{i}'))]}
+            f'/threads/{thread}/turns',
+            {'resourceId': resource, 'messages': [user(long_text(f't{i}')), {'role': 'assistant', 'content': 'ok'}]},
         )
         assert status == 200, body
-        status, body = api.post(
-            f'/threads/{thread}/turns', {'resourceId': resource, 'messages': [{'role': 'assistant', 'content': 'ok'}]}
-        )
-        assert status == 200, body
-    # When the background work settles (the workflow runs on moto's interpreter, its tasks in this process)
-    stack.drain(timeout=60)
+        # When the background work settles (the workflow runs on moto's interpreter, its tasks in this process)
+        stack.drain(timeout=60)
     # Then a new generation replaced the log, committed by a SUCCEEDED execution of the reflection state machine
     view = memory(api, thread, resource)
     assert view['generationCount'] >= 1
-    assert view['observationTokens'] <= E2E_CONFIG['reflection']['observationTokens']
+    # (The log may be back over the threshold: the observation queued by the same turn keeps its lines.)
     assert 'condensed' in view['observations']
     sfn = stack.client('stepfunctions')
     mine = []

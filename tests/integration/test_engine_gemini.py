@@ -137,8 +137,10 @@ def test_100_turns_observe_and_reflect_exactly_where_the_token_counts_say(fake: 
     for i, (user, reply) in enumerate(turns):
         clock.set(t0 + timedelta(minutes=2 * i))
         result = engine.prepare_step('r1', 't1', [message(f'u{i}', 'user', user, clock.now())])
-        ends = [p['data']['operationType'] for p in result.parts if p['type'] == 'data-om-observation-end']
-        assert not [p for p in result.parts if p['type'] == 'data-om-observation-failed'], result.parts
+        ends = [p['data']['operationType'] for p in result.parts.to_json() if p['type'] == 'data-om-observation-end']
+        assert not [p for p in result.parts.to_json() if p['type'] == 'data-om-observation-failed'], (
+            result.parts.to_json()
+        )
         if 'observation' in ends:
             observed_at.append(i)
         if 'reflection' in ends:
@@ -184,7 +186,7 @@ def test_engine_sends_images_inline_and_prompts_in_order(fake: FakeGemini) -> No
         }
     )
     result = engine.prepare_step('r1', 't1', [msg])
-    assert any(p['type'] == 'data-om-observation-end' for p in result.parts)
+    assert any(p['type'] == 'data-om-observation-end' for p in result.parts.to_json())
     request = fake.requests[-1]
     assert request.inline_data_count == 1
     prompt = '\n'.join(request.user_texts)
@@ -210,7 +212,7 @@ def test_engine_survives_bad_observer_answers(fake: FakeGemini, replies, observe
     fake.script(FLASH, *replies)
     text = 'A long message about the deployment plan and its many steps ' * 10
     result = engine.prepare_step('r1', 't1', [message('m1', 'user', text, clock.now())])
-    kinds = [p['type'] for p in result.parts]
+    kinds = [p['type'] for p in result.parts.to_json()]
     record = engine.store.get_record('thread:r1/t1')
     if observed:
         assert 'data-om-observation-end' in kinds and record.cursor('t1') == 1

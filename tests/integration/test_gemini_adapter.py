@@ -218,10 +218,10 @@ def test_gemini_adapter_unreachable_server_is_unavailable(server: FakeGemini) ->
 
 def test_gemini_adapter_reuses_its_client(server: FakeGemini, model: GeminiLanguageModel) -> None:
     model.generate(MODEL, request(), timeout_s=10)
-    first = model._get_client()
+    first = model.client()
     model.generate(MODEL, request(), timeout_s=10)
 
-    assert model._get_client() is first
+    assert model.client() is first
     assert len(server.calls) == 2
 
 

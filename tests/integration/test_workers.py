@@ -189,13 +189,15 @@ def _reflection_event(task: str, owner: str) -> dict[str, Any]:
 
 
 def _grow_observations_past_the_reflection_threshold() -> None:
+    # Saved as turns and observed by the worker: a step would reflect at the threshold itself (sync mode).
     engine = _wiring.engine()
     for step in range(12):
-        engine.prepare_step(
+        engine.complete_turn(
             RESOURCE,
             THREAD,
             [_say(step, f'Fact {step}: the blue folder {step} holds invoice {1000 + step} for client Ortega {step}.')],
         )
+        engine.observe_now(RESOURCE, THREAD, reflect=False)
         record = engine.store.get_record(RECORD_KEY)
         if record is not None and record.observation_tokens > CONFIG['reflection']['observationTokens']:
             return
@@ -316,7 +318,7 @@ def test_buffered_reflection_through_the_reflection_function_is_staged_then_acti
     )
     result = engine.prepare_step(RESOURCE, THREAD, [_say(1, 'Anything new?')])
     # Then it activates with the buffering's cycle id, the end part reaches the client, later lines are kept
-    by_type = {p['type']: p['data'] for p in result.parts}
+    by_type = {p['type']: p['data'] for p in result.parts.to_json()}
     assert by_type['data-om-activation']['cycleId'] == 'buffer-refl-it'
     assert by_type['data-om-buffering-end']['operationType'] == 'reflection'
     head = engine.store.get_record(RECORD_KEY)

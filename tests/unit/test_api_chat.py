@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from om_lib.adapters.memory_store import InMemoryStore
-from om_lib.chat import ChatService
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
 from om_lib.engine import MemoryEngine
@@ -13,6 +12,7 @@ from om_lib.errors import ModelUnavailableError
 from om_lib.llm import FunctionCall, FunctionResponse
 from om_lib.messages import Message
 from om_lib.model_router import ModelRouter
+from om_lib.service import MemoryService
 from om_lib.tokens import TokenCounter
 from tests.fakes.scripted_model import ScriptedModel
 
@@ -24,7 +24,7 @@ class WordTokenizer:
         return len(text.split())
 
 
-def make_service(model: ScriptedModel) -> tuple[ChatService, InMemoryStore, ManualClock]:
+def make_service(model: ScriptedModel) -> tuple[MemoryService, InMemoryStore, ManualClock]:
     clock = ManualClock(tick=timedelta(seconds=1))
     store = InMemoryStore()
     router = ModelRouter({'google': model}, clock=clock, sleep=clock.advance)
@@ -35,7 +35,7 @@ def make_service(model: ScriptedModel) -> tuple[ChatService, InMemoryStore, Manu
         counter=TokenCounter(WordTokenizer()),
         clock=clock,
     )
-    return ChatService(engine), store, clock
+    return MemoryService(engine), store, clock
 
 
 def message(mid: str, role: str, clock: ManualClock, **body: object) -> Message:
@@ -90,7 +90,7 @@ def test_actor_failure_keeps_the_user_message_and_reports_a_part() -> None:
     result = service.chat('r1', 'th1', message('u1', 'user', clock, content='Hello?'))
 
     assert result.reply is None
-    [failed] = [p for p in result.parts if p['type'] == 'data-om-actor-failed']
+    [failed] = [p for p in result.parts.to_json() if p['type'] == 'data-om-actor-failed']
     assert failed['data']['error'] == 'model_unavailable' and failed['data']['retryable'] is True
     assert [m.id for m in store.list_messages('r1', 'th1').messages] == ['u1']
 

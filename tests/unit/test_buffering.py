@@ -215,7 +215,7 @@ def test_steps_queue_buffer_jobs_and_never_call_the_model() -> None:
     # ~208 pending tokens crossed the first 200-token interval: one job for the slice, announced to the client.
     jobs = h.jobs('buffer')
     assert len(jobs) == 1 and jobs[0].start_seq == 1
-    assert 'data-om-buffering-start' not in [p['type'] for p in result.parts]
+    assert 'data-om-buffering-start' not in [p['type'] for p in result.parts.to_json()]
     h.run_jobs()
     record = h.record()
     assert len(record.buffered_chunks) == 1
@@ -223,7 +223,7 @@ def test_steps_queue_buffer_jobs_and_never_call_the_model() -> None:
     assert len(h.model.calls_for('observer')) == 1
     # The chunk is not active: the Actor still sees every message, and the status shows it staged.
     result = h.turn()
-    status = result.parts[-1]['data']['windows']['buffered']['observations']
+    status = result.parts.to_json()[-1]['data']['windows']['buffered']['observations']
     assert status['chunks'] == 1 and status['status'] in ('complete', 'running')
     assert {'u1', 'a2', 'u3'} <= {m.id for m in result.messages}
 
@@ -241,8 +241,8 @@ def test_consecutive_chunks_are_disjoint_activation_needs_no_model_call_and_lose
     result = h.engine.prepare_step('r1', 't1', [h.user(words(100))])  # pending passes 1000 on this step
     assert len(h.model.calls) == calls
     record = h.record()
-    activations = [p for p in result.parts if p['type'] == 'data-om-activation']
-    assert activations, [p['type'] for p in result.parts]
+    activations = [p for p in result.parts.to_json() if p['type'] == 'data-om-activation']
+    assert activations, [p['type'] for p in result.parts.to_json()]
     assert activations[0]['data']['operationType'] == 'observation'
     assert record.active_observations.strip()
     assert 'User talked about' in result.system
@@ -298,9 +298,9 @@ def test_a_failed_buffering_call_reports_a_part_and_keeps_the_messages() -> None
     h = Harness(buffering_config())
     h.turn()
     h.model.script('observer', '', '')  # unusable twice: the call counts as failed
-    parts = h.engine.run_job(h.jobs('buffer')[0])
+    parts = h.engine.run_job(h.jobs('buffer')[0]).to_json()
     assert [p['type'] for p in parts] == ['data-om-buffering-failed']
-    assert parts[0]['data']['reason'] == 'error'
+    assert parts[0]['data']['reason'] == 'invalid_output'
     assert h.record().buffered_chunks == ()
 
 
@@ -313,7 +313,7 @@ def test_block_after_observes_synchronously_as_a_last_resort() -> None:
     assert h.model.calls == []
     h.work.jobs.clear()
     result = h.engine.prepare_step('r1', 't1', [h.user(words(200))])
-    types = [p['type'] for p in result.parts]
+    types = [p['type'] for p in result.parts.to_json()]
     assert 'data-om-observation-end' in types
     assert h.record().cursor('t1') > 0
 
@@ -325,7 +325,7 @@ def test_without_a_work_queue_buffering_falls_back_to_synchronous_observation() 
         h.engine.complete_turn('r1', 't1', [h.assistant(words(100))])
     assert h.model.calls == []
     result = h.engine.prepare_step('r1', 't1', [h.user(words(200))])
-    assert 'data-om-observation-end' in [p['type'] for p in result.parts]
+    assert 'data-om-observation-end' in [p['type'] for p in result.parts.to_json()]
 
 
 def test_the_worker_observation_activates_chunks_first_and_then_observes_the_rest() -> None:
@@ -334,6 +334,7 @@ def test_the_worker_observation_activates_chunks_first_and_then_observes_the_res
     h.run_jobs()
     h.engine.prepare_step('r1', 't1', [h.user(words(30))])
     _, parts = h.engine.observe_now('r1', 't1')
+    parts = parts.to_json()
     types = [p['type'] for p in parts]
     assert types.index('data-om-activation') < types.index('data-om-observation-end')
     record = h.record()
@@ -352,7 +353,7 @@ def reflection_config() -> dict:
 def test_buffered_reflection_starts_early_activates_at_the_threshold_and_keeps_later_lines() -> None:
     h = Harness(reflection_config())
     lines = [f'* 🟡 (09:{i:02d}) fact number {i} about the plan' for i in range(6)]
-    record = h.engine._get_or_create_record('r1', 't1')
+    record = h.engine.rt.writer.get_or_create('thread', 'r1', 't1')
     text = '\n'.join(lines[:4])
     record = h.store.put_record(
         record.model_copy(
@@ -386,12 +387,12 @@ def test_buffered_reflection_starts_early_activates_at_the_threshold_and_keeps_l
     calls = len(h.model.calls)
     result = h.engine.prepare_step('r1', 't1', [h.user('hello')])
     assert len(h.model.calls) == calls
-    activation = [p for p in result.parts if p['type'] == 'data-om-activation']
+    activation = [p for p in result.parts.to_json() if p['type'] == 'data-om-activation']
     assert activation and activation[0]['data']['operationType'] == 'reflection'
     # The activation carries the cycle id of the buffering that staged it, and the staging's end part reached
     # the client with the step's answer.
     assert activation[0]['data']['cycleId'] == jobs[0].cycle_id
-    ended = [p['data'] for p in result.parts if p['type'] == 'data-om-buffering-end']
+    ended = [p['data'] for p in result.parts.to_json() if p['type'] == 'data-om-buffering-end']
     assert [(d['cycleId'], d['operationType']) for d in ended] == [(jobs[0].cycle_id, 'reflection')]
     assert ended[0]['bufferedTokens'] < ended[0]['tokensBuffered']
     head = h.record()
@@ -410,7 +411,7 @@ def test_status_reports_the_buffered_windows() -> None:
     h.turn()
     h.run_jobs()
     result = h.engine.prepare_step('r1', 't1', [h.user(words(10))])
-    buffered = result.parts[-1]['data']['windows']['buffered']
+    buffered = result.parts.to_json()[-1]['data']['windows']['buffered']
     assert buffered['observations']['chunks'] == 1
     assert buffered['observations']['messageTokens'] > 0
     assert buffered['observations']['observationTokens'] > 0
@@ -447,13 +448,13 @@ def test_the_next_step_answers_the_workers_end_part_once_with_its_observations()
     h.run_jobs()
     assert h.record().buffering_observation is None  # the running hint is cleared by the worker's write
     result = h.engine.prepare_step('r1', 't1', [h.user(words(10))])
-    ended = [p['data'] for p in result.parts if p['type'] == 'data-om-buffering-end']
+    ended = [p['data'] for p in result.parts.to_json() if p['type'] == 'data-om-buffering-end']
     assert len(ended) == 1 and ended[0]['cycleId'] == job.cycle_id
     chunk_ = h.record().buffered_chunks[0]
     assert ended[0]['observations'] == chunk_.observations
     assert ended[0]['bufferedTokens'] == chunk_.token_count and ended[0]['tokensBuffered'] == chunk_.message_tokens
     again = h.engine.prepare_step('r1', 't1', [h.user(words(10))])
-    assert not [p for p in again.parts if p['type'] == 'data-om-buffering-end']
+    assert not [p for p in again.parts.to_json() if p['type'] == 'data-om-buffering-end']
 
 
 def test_a_failed_job_is_answered_to_the_next_step_and_its_running_status_cleared() -> None:
@@ -465,9 +466,9 @@ def test_a_failed_job_is_answered_to_the_next_step_and_its_running_status_cleare
     h.run_jobs()
     assert h.record().buffering_observation is None
     result = h.engine.prepare_step('r1', 't1', [h.user(words(10))])
-    failed = [p['data'] for p in result.parts if p['type'] == 'data-om-buffering-failed']
+    failed = [p['data'] for p in result.parts.to_json() if p['type'] == 'data-om-buffering-failed']
     assert len(failed) == 1 and failed[0]['cycleId'] == job.cycle_id and failed[0]['error']
-    status = result.parts[-1]['data']['windows']['buffered']['observations']
+    status = result.parts.to_json()[-1]['data']['windows']['buffered']['observations']
     assert status['status'] == 'idle'
 
 
@@ -475,7 +476,7 @@ def test_a_running_background_reflection_does_not_block_the_synchronous_one_past
     config = reflection_config()
     config['reflection']['blockAfter'] = 1.2
     h = Harness(config)
-    record = h.engine._get_or_create_record('r1', 't1')
+    record = h.engine.rt.writer.get_or_create('thread', 'r1', 't1')
     text = '\n'.join(f'* 🟡 (09:{i:02d}) fact number {i} about the plan' for i in range(8))
     record = h.store.put_record(
         record.model_copy(
@@ -490,7 +491,7 @@ def test_a_running_background_reflection_does_not_block_the_synchronous_one_past
     assert h.record().buffering_reflection.owner == 'execution-1'
     h.model.script('reflector', '<observations>\n* 🟡 (09:00) the plan, condensed\n</observations>')
     result = h.engine.prepare_step('r1', 't1', [h.user('hello')])
-    assert h.model.calls_for('reflector'), [p['type'] for p in result.parts]
+    assert h.model.calls_for('reflector'), [p['type'] for p in result.parts.to_json()]
     head = h.record()
     assert head.generation == record.generation + 1
     # The slow run's result can no longer be staged on the old generation.
@@ -504,7 +505,7 @@ def test_a_synchronous_observation_past_block_after_keeps_the_retention_floor_in
         h.engine.complete_turn('r1', 't1', [h.assistant(words(100))])
     h.work.jobs.clear()
     result = h.engine.prepare_step('r1', 't1', [h.user(words(30))])
-    assert 'data-om-observation-end' in [p['type'] for p in result.parts]
+    assert 'data-om-observation-end' in [p['type'] for p in result.parts.to_json()]
     cursor = h.record().cursor('t1')
     raw = [m for m in result.messages if m.id != 'om-continuation']
     # floor = 1000 × (1 − 0.8) = 200 tokens: the newest observed messages stay until the window holds it.
@@ -521,7 +522,7 @@ def test_failed_reflection_runs_back_off_instead_of_starting_on_every_step() -> 
             'reflection': {'observationTokens': 50},
         }
     )
-    record = h.engine._get_or_create_record('r1', 't1')
+    record = h.engine.rt.writer.get_or_create('thread', 'r1', 't1')
     text = '\n'.join(f'* 🟡 (09:{i:02d}) fact number {i} about the plan' for i in range(8))
     h.store.put_record(
         record.model_copy(
@@ -531,8 +532,9 @@ def test_failed_reflection_runs_back_off_instead_of_starting_on_every_step() -> 
     )
 
     def reflect_jobs_after_a_step() -> list[Job]:
+        # A turn queues the workflow when reflection is due (the step would reflect in the request: sync mode).
         h.work.jobs.clear()
-        h.engine.prepare_step('r1', 't1', [h.user('hi')])
+        h.engine.complete_turn('r1', 't1', [h.assistant('hi')])
         return h.jobs('reflect')
 
     def fail(job: Job, owner: str) -> None:

@@ -15,6 +15,7 @@ from om_lib.messages import Message
 from om_lib.model_router import ModelRouter
 from om_lib.records import Lease
 from om_lib.tokens import TokenCounter
+from om_lib.work import Job
 from tests.fakes.scripted_model import ScriptedModel
 
 OBS_A = (
@@ -43,7 +44,7 @@ class Harness:
         self.clock = ManualClock(tick=timedelta(seconds=1))
         self.store = InMemoryStore()
         self.model = model or ScriptedModel()
-        router = ModelRouter({'google': self.model}, clock=self.clock, sleep=lambda s: self.clock.advance(s))
+        router = ModelRouter({'google': self.model}, clock=self.clock, sleep=self.clock.advance)
         self.counter = TokenCounter(WordTokenizer())
         self.engine = MemoryEngine(
             OMConfig.model_validate(config),
@@ -52,6 +53,7 @@ class Harness:
             counter=self.counter,
             clock=self.clock,
             time_budget_s=budget,
+            sleep=self.clock.advance,  # waiting for another holder's lease moves the fake clock
         )
         self.n = 0
 
@@ -84,7 +86,7 @@ def config(message_tokens: int = 100, observation_tokens: int = 1000, **extra) -
 
 
 def part_types(result) -> list[str]:
-    return [p['type'] for p in result.parts]
+    return [p['type'] for p in result.parts.to_json()]
 
 
 def test_below_threshold_no_model_call_and_status_every_step():
@@ -96,7 +98,7 @@ def test_below_threshold_no_model_call_and_status_every_step():
     assert h.model.calls == []
     assert result.system == ''
     assert [m.id for m in result.messages] == ['u1']
-    status = result.parts[-1]
+    status = result.parts.to_json()[-1]
     assert status['type'] == 'data-om-status'
     assert status['data']['windows']['active']['messages']['threshold'] == 100
     assert status['data']['windows']['active']['messages']['tokens'] == h.counter.count_messages(result.messages)
@@ -144,7 +146,7 @@ def test_failing_model_loses_nothing_and_backlog_is_observed_later():
     h.model.script('observer', *[ModelUnavailableError('503', status_code=503)] * 3)
     result = h.step(h.user(words(150), mid='m1'))
     assert 'data-om-observation-failed' in part_types(result)
-    failed = next(p for p in result.parts if p['type'] == 'data-om-observation-failed')
+    failed = next(p for p in result.parts.to_json() if p['type'] == 'data-om-observation-failed')
     assert failed['data']['operationType'] == 'observation' and failed['data']['error']
     assert [m.id for m in result.messages] == ['m1']
     record = h.record()
@@ -248,12 +250,15 @@ def test_active_lease_of_another_request_skips_observation_and_expired_lease_is_
     h = Harness(config())
     h.step(h.user(words(10)))
     record = h.record()
-    stale = Lease(owner='crashed-worker', expires_at=h.clock.now() + timedelta(minutes=1))
+    stale = Lease(owner='crashed-worker', expires_at=h.clock.now() + timedelta(minutes=10))
     h.store.put_record(record.model_copy(update={'observing': stale}), expected_version=record.version)
-    h.step(h.user(words(150)))
+    result = h.step(h.user(words(150)))
+    # The step waited for the holder as long as its budget allowed, then said why it did not observe
     assert h.model.calls_for('observer') == []
+    [busy] = [p['data'] for p in result.parts.to_json() if p['type'] == 'data-om-observation-failed']
+    assert busy['reason'] == 'busy' and 'crashed-worker' in busy['error']
     # After the lease expires, the next step takes it over and observes.
-    h.clock.advance(timedelta(minutes=5))
+    h.clock.advance(timedelta(minutes=15))
     h.model.script('observer', OBS_A)
     result = h.step(h.user('more'))
     assert 'data-om-observation-end' in part_types(result)
@@ -276,7 +281,7 @@ def test_stale_holder_late_commit_is_refused():
     h.model.script('observer', slow_then_taken_over)
     result = h.step(h.user(words(150)))
     assert takeover_done
-    failed = [p for p in result.parts if p['type'] == 'data-om-observation-failed']
+    failed = [p for p in result.parts.to_json() if p['type'] == 'data-om-observation-failed']
     assert failed and failed[0]['data']['reason'] == 'conflict'
     record = h.record()
     assert record.active_observations == '' and record.observing.owner == 'other'
@@ -301,7 +306,7 @@ def test_reflection_creates_generation_and_keeps_history():
     history = h.store.list_generations(record.key)
     assert [g.generation for g in history] == [1, 0]
     assert 'detail number 11' in history[1].active_observations
-    ops = [(p['type'], p['data'].get('operationType')) for p in result.parts]
+    ops = [(p['type'], p['data'].get('operationType')) for p in result.parts.to_json()]
     assert ('data-om-observation-end', 'reflection') in ops
     assert record.groups and record.groups[0].kind == 'reflection'
 
@@ -319,7 +324,9 @@ def test_reflection_that_cannot_shrink_backs_off_until_log_grows():
     result = h.step(h.user(words(60)))
     assert len(h.model.calls_for('reflector')) == 4
     failed = [
-        p for p in result.parts if p['type'] == 'data-om-observation-failed' and p['data']['reason'] == 'not_smaller'
+        p
+        for p in result.parts.to_json()
+        if p['type'] == 'data-om-observation-failed' and p['data']['reason'] == 'not_smaller'
     ]
     assert failed
     record = h.record()
@@ -333,7 +340,7 @@ def test_disabled_memory_returns_recent_messages_only():
     h = Harness({'enabled': False})
     for _ in range(15):
         result = h.step(h.user('hi'))
-    assert len(result.messages) == 10 and result.parts == []
+    assert len(result.messages) == 10 and not result.parts
     assert h.model.calls == []
 
 
@@ -352,7 +359,7 @@ def test_observation_that_would_overrun_the_budget_is_deferred_to_the_worker():
     h = Harness(config(), budget=0.5)
     work = with_work(h)
     result = h.step(h.user(words(150), mid='m1'))
-    failed = [p for p in result.parts if p['type'] == 'data-om-observation-failed']
+    failed = [p for p in result.parts.to_json() if p['type'] == 'data-om-observation-failed']
     assert failed and failed[0]['data']['reason'] == 'deferred'
     assert h.model.calls == []  # not even started: too little time left
     assert [j.kind for j in work.jobs] == ['observe']
@@ -373,25 +380,58 @@ def test_slow_observer_past_the_deadline_is_deferred_and_nothing_is_lost():
 
     h.model.script('observer', slow)
     result = h.step(h.user(words(150), mid='m1'))
-    failed = [p for p in result.parts if p['type'] == 'data-om-observation-failed']
+    failed = [p for p in result.parts.to_json() if p['type'] == 'data-om-observation-failed']
     assert failed and failed[-1]['data']['reason'] == 'deferred'
     assert h.record().observing is None and h.record().cursor('t1') == 0
     assert [j.kind for j in work.jobs] == ['observe']
 
 
-def test_with_background_work_reflection_goes_to_the_workflow_not_the_request():
+def over_the_reflection_threshold(h: Harness, long_obs: str) -> Job:
+    """Observations past `observationTokens`, observed by the worker (no reflection yet), and the workflow's job."""
+    h.model.script('observer', long_obs)
+    h.engine.complete_turn('r1', 't1', [h.user(words(60))])
+    h.engine.observe_now('r1', 't1', reflect=False)
+    assert h.model.calls_for('reflector') == []
+    return Job('reflect', 'r1', 't1', 'thread:r1/t1', 'threshold')
+
+
+def test_sync_mode_with_a_work_queue_reflects_inside_the_step():
+    # Given bufferTokens: false and a work queue, and a step that makes the observations pass observationTokens
     h = Harness(config(message_tokens=50, observation_tokens=40))
     work = with_work(h)
-    long_obs = (
-        '<observations>\nDate: Jan 1, 2025\n'
-        + '\n'.join(f'* 🟡 (09:{i:02d}) User mentioned detail number {i} about the trip' for i in range(12))
-        + '\n</observations>'
-    )
-    h.model.script('observer', long_obs)
-    h.step(h.user(words(60)))
+    h.model.script('observer', LONG_OBS)
+    h.model.script('reflector', '<observations>\nDate: Jan 1, 2025\n* 🔴 (09:00) User plans a trip\n</observations>')
+    result = h.step(h.user(words(60)))
+    # Then the step observed and reflected before answering: the Actor gets the condensed log, nothing is queued
+    assert len(h.model.calls_for('reflector')) == 1
+    assert work.jobs == []
+    assert h.record().generation == 1 and 'User plans a trip' in result.system
+    assert [p['data']['operationType'] for p in result.parts.to_json() if p['type'] == 'data-om-observation-end'] == [
+        'observation',
+        'reflection',
+    ]
+
+
+def test_sync_mode_hands_reflection_to_the_workflow_when_the_budget_cannot_hold_it():
+    h = Harness(config(message_tokens=50, observation_tokens=40), budget=1.5)
+    work = with_work(h)
+    h.model.script('observer', LONG_OBS)
+    h.step(h.user(words(60)))  # the observation uses the budget's first second: less than 2 s are left to reflect
     assert h.model.calls_for('reflector') == []
     assert [j.kind for j in work.jobs] == ['reflect']
-    job = work.jobs[0]
+
+
+LONG_OBS = (
+    '<observations>\nDate: Jan 1, 2025\n'
+    + '\n'.join(f'* 🟡 (09:{i:02d}) User mentioned detail number {i} about the trip' for i in range(12))
+    + '\n</observations>'
+)
+
+
+def test_the_reflection_workflow_keeps_lines_appended_while_it_ran():
+    h = Harness(config(message_tokens=50, observation_tokens=40))
+    with_work(h)
+    job = over_the_reflection_threshold(h, LONG_OBS)
     # check → reflect → validate → commit, as the state machine runs them
     h.model.script('reflector', '<observations>\nDate: Jan 1, 2025\n* 🔴 (09:00) User plans a trip\n</observations>')
     assert h.engine.workflow_check(job, 'exec-1')['due'] is True
@@ -415,15 +455,8 @@ def test_workflow_failure_path_keeps_old_observations():
     from om_lib.engine import ReflectionRejectedError
 
     h = Harness(config(message_tokens=50, observation_tokens=40))
-    work = with_work(h)
-    long_obs = (
-        '<observations>\nDate: Jan 1, 2025\n'
-        + '\n'.join(f'* 🟡 (09:{i:02d}) User mentioned detail number {i}' for i in range(12))
-        + '\n</observations>'
-    )
-    h.model.script('observer', long_obs)
-    h.step(h.user(words(60)))
-    job = work.jobs[-1]
+    with_work(h)
+    job = over_the_reflection_threshold(h, LONG_OBS)
     before = h.record().active_observations
     assert h.engine.workflow_check(job, 'exec-1')['due']
     h.model.script('reflector', *[ModelUnavailableError('503', status_code=503)] * 3)
@@ -484,7 +517,7 @@ def test_a_broken_queue_never_turns_a_saved_step_into_an_error():
     result = h.step(h.user(words(80), mid='kept'))  # due, deferred, and the queue is down
     assert queue.calls >= 1
     assert [m.id for m in result.messages] == ['kept']
-    assert any(p['type'] == 'data-om-observation-failed' for p in result.parts)
+    assert any(p['type'] == 'data-om-observation-failed' for p in result.parts.to_json())
     assert [m.id for m in h.store.list_messages('r1', 't1').messages] == ['kept']
 
 
@@ -499,21 +532,14 @@ def test_storage_trouble_after_the_save_is_reported_in_the_answer():
     h.store.list_messages = broken  # the append works, the read after it fails
     result = h.step(h.user('hello', mid='saved'))
     assert [m.id for m in result.messages] == ['saved']
-    failed = [p for p in result.parts if p['type'] == 'data-om-observation-failed']
+    failed = [p for p in result.parts.to_json() if p['type'] == 'data-om-observation-failed']
     assert failed and 'throttled' in failed[0]['data']['error']
 
 
 def test_reflection_commit_keeps_a_running_observation_lease():
     h = Harness(config(message_tokens=50, observation_tokens=40))
-    work = with_work(h)
-    long_obs = (
-        '<observations>\nDate: Jan 1, 2025\n'
-        + '\n'.join(f'* 🟡 (09:{i:02d}) User mentioned detail number {i}' for i in range(12))
-        + '\n</observations>'
-    )
-    h.model.script('observer', long_obs)
-    h.step(h.user(words(60)))
-    job = work.jobs[-1]
+    with_work(h)
+    job = over_the_reflection_threshold(h, LONG_OBS)
     h.model.script('reflector', '<observations>\nDate: Jan 1, 2025\n* 🔴 (09:00) User plans a trip\n</observations>')
     assert h.engine.workflow_check(job, 'exec')['due']
     h.engine.workflow_reflect(job, 'exec')

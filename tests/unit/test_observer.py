@@ -460,9 +460,12 @@ def test_multi_thread_parse_with_missing_thread():
     assert result['t1'].current_task == 'Primary: t1 task'
     assert result['t1'].suggested_response == 'Reply'
     assert result['t1'].thread_title == 'First'
+    assert result['t1'].covered
     assert result['t2'].observations == ''
     assert result['t2'].current_task is None
     assert not result['t2'].degenerate
+    # t2 has no section: it was not observed, and its cursor must not move
+    assert not result['t2'].covered
 
 
 def test_multi_thread_parse_degenerate():

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from om_lib.adapters.memory_store import InMemoryStore
-from om_lib.chat import MAX_TOOL_ROUNDS, ChatService
+from om_lib.chat import MAX_TOOL_ROUNDS
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
 from om_lib.engine import MemoryEngine
@@ -17,6 +17,7 @@ from om_lib.llm import FunctionCall, ModelRequest, ModelResponse
 from om_lib.messages import Message, ToolCallPart
 from om_lib.model_router import ModelRouter
 from om_lib.recall import RECALL_TOOL, RecallRequest, recall, recall_tool
+from om_lib.service import MemoryService
 from om_lib.tokens import TokenCounter
 
 RES, THREAD, OTHER = 'r1', 'th1', 'th2'
@@ -406,7 +407,7 @@ def test_chat_stops_recall_rounds_after_the_limit_and_leaves_no_open_call() -> N
     )
     store.append_messages(RES, THREAD, [msg('m0', 0), msg('m1', 1)], now=T0)
 
-    result = ChatService(engine).chat(RES, THREAD, msg('u', 5, content='What did I say first?'))
+    result = MemoryService(engine).chat(RES, THREAD, msg('u', 5, content='What did I say first?'))
 
     assert result.actor_calls == MAX_TOOL_ROUNDS + 1
     assert [t.name for t in model.requests[0].tools] == ['recall']

@@ -112,7 +112,7 @@ def test_batches_run_separately_and_a_failed_batch_keeps_its_threads_pending():
     observed = set(record(h).cursors)
     assert len(observed) == 2, record(h).cursors
     (left,) = {'t1', 't2', 't3'} - observed
-    failed = [p for p in result.parts if p['type'] == 'data-om-observation-failed']
+    failed = [p for p in result.parts.to_json() if p['type'] == 'data-om-observation-failed']
     assert [p['data']['threadId'] for p in failed] == [left]
     # Then the failed thread stays pending (its messages are not skipped) and a later run observes it
     assert [p.thread_id for p in h.store.list_pending_threads('r1')] == [left]
@@ -125,11 +125,11 @@ def test_a_quiet_thread_is_observed_by_the_worker_below_the_threshold():
     h = harness(resource_config(message_tokens=10_000), work=work)
     h.step(h.user('a quiet remark ' + words(5)), thread='quiet')
     assert record(h).cursors == {}
-    parts = h.engine.run_job(work.jobs[0]) if work.jobs else None
+    parts = h.engine.run_job(work.jobs[0]).to_json() if work.jobs else None
     if parts is None:  # nothing queued below the threshold: the sweeper's job is the same observe job
         from om_lib.work import Job
 
-        parts = h.engine.run_job(Job('observe', 'r1', 'quiet', 'resource:r1', 'sweep'))
+        parts = h.engine.run_job(Job('observe', 'r1', 'quiet', 'resource:r1', 'sweep')).to_json()
     assert record(h).cursors == {'quiet': 1}
     assert any(p['type'] == 'data-om-observation-end' for p in parts)
 
@@ -155,12 +155,13 @@ def test_reflection_waits_for_older_unobserved_messages():
     h.step(h.user(words(45)), thread='new')  # observes only the new thread: the log passes the reflection threshold
     assert set(record(h).cursors) == {'new'}
     # The old thread's message predates this cycle and is unobserved: reflection waits for it
-    assert not any(j.kind == 'reflect' for j in work.jobs)
+    assert h.model.calls_for('reflector') == []
     h.engine.run_job(next(j for j in work.jobs if j.kind == 'observe')) if any(
         j.kind == 'observe' for j in work.jobs
     ) else h.engine.observe_now('r1', 'old', reflect=False)
-    h.step(h.user('next'), thread='new')
-    assert any(j.kind == 'reflect' for j in work.jobs)
+    h.model.script('reflector', '<observations>\nDate: Jan 1, 2025\n* 🔴 (09:00) condensed\n</observations>')
+    h.step(h.user('next'), thread='new')  # nothing older is pending now: the step reflects (sync mode)
+    assert len(h.model.calls_for('reflector')) == 1 and record(h).generation == 1
 
 
 def observed_pair(h: Harness) -> None:

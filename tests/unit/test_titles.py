@@ -7,13 +7,13 @@ from datetime import timedelta
 from typing import Any
 
 from om_lib.adapters.memory_store import InMemoryStore
-from om_lib.chat import ChatService
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
 from om_lib.engine import MemoryEngine
 from om_lib.errors import ModelUnavailableError
 from om_lib.messages import Message
 from om_lib.model_router import ModelRouter
+from om_lib.service import MemoryService
 from om_lib.titles import clean_title, generate_title, title_job
 from om_lib.tokens import TokenCounter
 from om_lib.work import CollectingWork, Job
@@ -54,13 +54,13 @@ def test_first_turn_queues_a_title_job_and_later_turns_do_not() -> None:
     engine, model = make({'generateTitle': True}, work=work)
     model.script('actor', 'Sure.', 'Again.')
 
-    first = ChatService(engine).chat('r1', 't1', user(engine, 'Plan a trip to Lisbon in May', 'u1'))
-    second = ChatService(engine).chat('r1', 't1', user(engine, 'And Porto?', 'u2'))
+    first = MemoryService(engine).chat('r1', 't1', user(engine, 'Plan a trip to Lisbon in May', 'u1'))
+    second = MemoryService(engine).chat('r1', 't1', user(engine, 'And Porto?', 'u2'))
 
     assert work.jobs == [title_job('r1', 't1')]
-    [scheduled] = [p for p in first.parts if p['type'] == 'data-om-scheduled']
+    [scheduled] = [p for p in first.parts.to_json() if p['type'] == 'data-om-scheduled']
     assert 'title' in scheduled['data']['operations']
-    assert not any(p['type'] == 'data-om-scheduled' for p in second.parts)
+    assert not any(p['type'] == 'data-om-scheduled' for p in second.parts.to_json())
     assert model.calls_for('title') == []  # nothing ran in the request
 
 
@@ -69,11 +69,11 @@ def test_the_job_titles_the_thread_once_with_the_configured_model_and_instructio
     engine, model = make({'generateTitle': {'model': 'offline/small', 'instructions': 'One word title'}}, work=work)
     model.script('actor', 'Sure.')
     model.script('title', '"Lisbon Trip Planning."\nextra line')
-    ChatService(engine).chat('r1', 't1', user(engine, 'Plan a trip to Lisbon in May', 'u1'))
+    MemoryService(engine).chat('r1', 't1', user(engine, 'Plan a trip to Lisbon in May', 'u1'))
     [job] = work.jobs
 
     assert Job.from_json(job.to_json()) == job and job.kind == 'title'
-    assert engine.run_job(job) == []
+    assert not engine.run_job(job)
     engine.run_job(job)  # a duplicate does nothing
 
     assert engine.store.get_thread('r1', 't1').title == 'Lisbon Trip Planning'
@@ -87,7 +87,7 @@ def test_without_background_work_the_title_is_made_after_the_turn() -> None:
     model.script('actor', 'Sure.')
     model.script('title', 'Lisbon in May')
 
-    ChatService(engine).chat('r1', 't1', user(engine, 'Plan a trip to Lisbon in May', 'u1'))
+    MemoryService(engine).chat('r1', 't1', user(engine, 'Plan a trip to Lisbon in May', 'u1'))
 
     assert engine.store.get_thread('r1', 't1').title == 'Lisbon in May'
 
@@ -96,11 +96,11 @@ def test_a_titled_thread_is_left_alone_and_a_failing_model_changes_nothing() -> 
     engine, model = make({'generateTitle': True})
     engine.store.create_thread('r1', 't1', title='Mine', now=engine.clock.now())
     engine.store.append_messages('r1', 't1', [user(engine, 'hello there', 'u1')], now=engine.clock.now())
-    assert generate_title(engine, 'r1', 't1') is None
+    assert generate_title(engine.rt, 'r1', 't1') is None
 
     engine.store.append_messages('r1', 't2', [user(engine, 'hello there', 'u1')], now=engine.clock.now())
     model.script('title', *[ModelUnavailableError('down', status_code=503)] * 10)
-    assert generate_title(engine, 'r1', 't2') is None
+    assert generate_title(engine.rt, 'r1', 't2') is None
     assert engine.store.get_thread('r1', 't2').title is None
 
 
@@ -108,7 +108,7 @@ def test_title_generation_off_queues_nothing() -> None:
     work = CollectingWork()
     engine, model = make({}, work=work)
     model.script('actor', 'Sure.')
-    ChatService(engine).chat('r1', 't1', user(engine, 'hello', 'u1'))
+    MemoryService(engine).chat('r1', 't1', user(engine, 'hello', 'u1'))
     assert work.jobs == []
 
 
@@ -128,21 +128,21 @@ def test_observer_thread_title_renames_the_thread_when_on() -> None:
     model.script('observer', OBSERVED.format('plans a trip', 'Trip to Lisbon'))
     step = engine.prepare_step('r1', 't1', [user(engine, 'I plan a trip to Lisbon next May', 'u1')])
 
-    [update] = [p for p in step.parts if p['type'] == 'data-om-thread-update']
+    [update] = [p for p in step.parts.to_json() if p['type'] == 'data-om-thread-update']
     assert update['data']['newTitle'] == 'Trip to Lisbon' and 'oldTitle' not in update['data']
     assert engine.store.get_thread('r1', 't1').title == 'Trip to Lisbon'
 
     # The topic changes: a new title replaces it, and the Observer was shown the old one.
     model.script('observer', OBSERVED.format('asks about taxes', 'Tax return questions'))
     step = engine.prepare_step('r1', 't1', [user(engine, 'Now something else: my tax return forms', 'u2')])
-    [update] = [p for p in step.parts if p['type'] == 'data-om-thread-update']
+    [update] = [p for p in step.parts.to_json() if p['type'] == 'data-om-thread-update']
     assert (update['data']['oldTitle'], update['data']['newTitle']) == ('Trip to Lisbon', 'Tax return questions')
     assert 'Trip to Lisbon' in model.calls_for('observer')[-1].request.contents[0].parts[0]
 
     # The same title again is no update.
     model.script('observer', OBSERVED.format('more taxes', 'Tax return questions'))
     step = engine.prepare_step('r1', 't1', [user(engine, 'More about the tax forms and deadlines', 'u3')])
-    assert not [p for p in step.parts if p['type'] == 'data-om-thread-update']
+    assert not [p for p in step.parts.to_json() if p['type'] == 'data-om-thread-update']
 
 
 def test_observer_thread_title_is_ignored_when_off() -> None:
@@ -150,5 +150,5 @@ def test_observer_thread_title_is_ignored_when_off() -> None:
     model.script('observer', OBSERVED.format('plans a trip', 'Trip to Lisbon'))
     step = engine.prepare_step('r1', 't1', [user(engine, 'I plan a trip to Lisbon next May', 'u1')])
 
-    assert not [p for p in step.parts if p['type'] == 'data-om-thread-update']
+    assert not [p for p in step.parts.to_json() if p['type'] == 'data-om-thread-update']
     assert engine.store.get_thread('r1', 't1').title is None

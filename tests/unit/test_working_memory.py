@@ -10,7 +10,6 @@ import pytest
 from pydantic import ValidationError
 
 from om_lib.adapters.memory_store import InMemoryStore
-from om_lib.chat import ChatService
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig, WorkingMemoryConfig
 from om_lib.engine import MemoryEngine
@@ -18,6 +17,7 @@ from om_lib.errors import ThreadNotFoundError
 from om_lib.llm import FunctionCall, ModelRequest, ModelResponse
 from om_lib.messages import Message
 from om_lib.model_router import ModelRouter
+from om_lib.service import MemoryService
 from om_lib.tokens import TokenCounter
 from om_lib.working_memory import (
     DEFAULT_TEMPLATE,
@@ -253,7 +253,7 @@ def reply(text: str) -> Callable[[ModelRequest], ModelResponse]:
     return lambda r: ModelResponse(text=text, model='m')
 
 
-def chat_service(model: ToolModel, working_memory: dict[str, Any]) -> tuple[ChatService, InMemoryStore, ManualClock]:
+def chat_service(model: ToolModel, working_memory: dict[str, Any]) -> tuple[MemoryService, InMemoryStore, ManualClock]:
     clock = ManualClock(tick=timedelta(seconds=1))
     store = InMemoryStore()
     config = OMConfig.model_validate(
@@ -270,7 +270,7 @@ def chat_service(model: ToolModel, working_memory: dict[str, Any]) -> tuple[Chat
         counter=TokenCounter(WordTokenizer()),
         clock=clock,
     )
-    return ChatService(engine), store, clock
+    return MemoryService(engine), store, clock
 
 
 def user(text: str, clock: ManualClock, mid: str = 'u1') -> Message:

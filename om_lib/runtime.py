@@ -1,0 +1,175 @@
+"""What every room of the engine shares: the resolved settings and the ports, with the few helpers they all need.
+
+`MemoryEngine` builds one `Runtime` and hands it to the observation pipeline, the reflection path, buffering, the
+step and the jobs. They call down into it; nothing calls back up into its caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from om_lib.config import ResolvedOMConfig
+from om_lib.errors import DeadlineExceededError
+from om_lib.messages import Message, ToolCallPart, ToolResultPart
+from om_lib.model_router import ModelRouter
+from om_lib.parts import FailureReason, MarkerConfig, ObservationFailed, OperationType
+from om_lib.ports import BlobReader, Clock, MemoryStore
+from om_lib.record_writer import LeaseName, RecordWriter, lease_active
+from om_lib.records import OMRecord
+from om_lib.tokens import TokenCounter
+from om_lib.work import BackgroundWork, Job
+
+logger = logging.getLogger(__name__)
+
+# How many messages one read of unobserved history takes (it pages until done).
+UNOBSERVED_PAGE = 500
+# How often a step looks whether another holder released a lease it waits for.
+LEASE_POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """One observation, reflection or buffering run: its id (in every part it produces) and when it started."""
+
+    cycle_id: str
+    started_at: datetime
+    started_mono: float
+
+
+@dataclass
+class Runtime:
+    """The engine's settings and ports (see module docstring)."""
+
+    settings: ResolvedOMConfig
+    store: MemoryStore
+    router: ModelRouter
+    counter: TokenCounter
+    clock: Clock
+    writer: RecordWriter
+    new_id: Callable[[], str]
+    blobs: BlobReader | None = None
+    work: BackgroundWork | None = None
+    time_budget_s: float = 20.0
+    # Waiting for another holder's lease: real sleep in production, a clock advance in tests.
+    sleep: Callable[[float], None] = field(default=time.sleep)
+
+    # -- time and cycles -----------------------------------------------------------------------------------------
+    def deadline(self) -> float:
+        """The monotonic time by which a request must be done (its time budget from now)."""
+        return self.clock.monotonic() + self.time_budget_s
+
+    def left(self, deadline: float) -> float:
+        """Seconds left before `deadline`."""
+        return deadline - self.clock.monotonic()
+
+    def start_cycle(self, prefix: str = '') -> Cycle:
+        """A new cycle, starting now."""
+        return Cycle(f'{prefix}{self.new_id()}', self.clock.now(), self.clock.monotonic())
+
+    def elapsed_ms(self, cycle: Cycle | None) -> int:
+        """Milliseconds since `cycle` started (0 without one)."""
+        if cycle is None:
+            return 0
+        return max(0, int((self.clock.monotonic() - cycle.started_mono) * 1000))
+
+    # -- thresholds ----------------------------------------------------------------------------------------------
+    def message_threshold(self, record: OMRecord | None) -> int:
+        """`messageTokens` for this record (dynamic under `shareTokenBudget`)."""
+        if record is None:
+            return self.settings.max_message_threshold()
+        return self.settings.dynamic_message_threshold(record.observation_tokens)
+
+    def observation_threshold(self, record: OMRecord) -> int:
+        """`observationTokens` as shown in status: under a shared budget, what the messages leave (spec §5)."""
+        s = self.settings
+        if s.share_token_budget:
+            return max(s.max_message_threshold() - self.message_threshold(record), 1000)
+        return s.observation_tokens
+
+    def marker_config(self) -> MarkerConfig:
+        """The thresholds snapshot carried by start and activation markers."""
+        s = self.settings
+        return MarkerConfig(
+            message_tokens=s.max_message_threshold(), observation_tokens=s.observation_tokens, scope=s.scope
+        )
+
+    def wait_for_release(
+        self, record: OMRecord, name: LeaseName, deadline: float, *, reserve_s: float
+    ) -> OMRecord | None:
+        """Wait until the holder of lease `name` on `record` is done (released it, or it expired), keeping `reserve_s`
+        of the budget; the fresh head then, or None when the budget ran out first (or the record is gone)."""
+        held = getattr(record, name)
+        owner = held.owner if held is not None else None
+        while self.left(deadline) > reserve_s + LEASE_POLL_S:
+            self.sleep(LEASE_POLL_S)
+            fresh = self.store.get_record(record.key)
+            if fresh is None:
+                return None
+            current = getattr(fresh, name)
+            if not lease_active(current, self.clock.now()) or current.owner != owner:
+                return fresh
+        return None
+
+    # -- messages ------------------------------------------------------------------------------------------------
+    def load_after(self, resource_id: str, thread_id: str, after: int) -> list[Message]:
+        """A thread's messages after sequence `after`, page by page; never the observed history before it."""
+        out: list[Message] = []
+        while True:
+            page = self.store.list_messages(resource_id, thread_id, after_seq=after, limit=UNOBSERVED_PAGE)
+            out.extend(page.messages)
+            if not page.has_more or not page.messages:
+                return out
+            after = page.messages[-1].seq or after
+
+    # -- background work -------------------------------------------------------------------------------------------
+    def submit(self, job: Job) -> bool:
+        """Hand a job to the background; best effort (the sweeper finds what a lost job left behind)."""
+        if self.work is None:
+            return False
+        try:
+            self.work.submit(job)
+        except Exception:  # noqa: BLE001 - a queue outage must not fail a request whose input is saved
+            logger.exception('could not submit background work', extra={'kind': job.kind, 'key': job.record_key})
+            return False
+        return True
+
+    # -- parts -----------------------------------------------------------------------------------------------------
+    def failed_part(
+        self,
+        cycle: Cycle | None,
+        operation: OperationType,
+        tokens: int,
+        error: Exception | str,
+        record_id: str,
+        thread_id: str,
+        *,
+        reason: FailureReason | None = None,
+        retrying: bool = False,
+    ) -> ObservationFailed:
+        """`data-om-observation-failed` for a cycle that committed nothing."""
+        if reason is None:
+            reason = 'timeout' if isinstance(error, DeadlineExceededError) else 'error'
+        return ObservationFailed(
+            cycle_id=cycle.cycle_id if cycle is not None else self.new_id(),
+            operation_type=operation,
+            failed_at=self.clock.now(),
+            duration_ms=self.elapsed_ms(cycle),
+            tokens_attempted=tokens,
+            error=error if isinstance(error, str) else (str(error) or type(error).__name__),
+            reason=reason,
+            retrying=retrying,
+            record_id=record_id,
+            thread_id=thread_id,
+        )
+
+
+def has_pending_tool_call(messages: Sequence[Message]) -> bool:
+    """A tool call in the newest message with no result yet defers observation until the result arrives."""
+    if not messages:
+        return False
+    results = {p.tool_call_id for m in messages for p in m.parts if isinstance(p, ToolResultPart)}
+    return any(isinstance(p, ToolCallPart) and p.tool_call_id not in results for p in messages[-1].parts)

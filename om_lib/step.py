@@ -1,0 +1,271 @@
+"""The step and the turn: what happens around every Actor call (reference spec §7, §8).
+
+`prepare` saves the step's new input first, then loads only the unobserved messages (by cursor), observes when they
+pass `messageTokens`, reflects when observations pass `observationTokens`, and returns what the Actor should see.
+`complete_turn` saves the turn's outputs and queues background work that is due, so the next step finds it done.
+
+Modes:
+- **synchronous** (`observation.bufferTokens: false`, or no work queue): the step at the threshold observes before
+  it answers, and reflects the same way, within the request's time budget; a cycle the budget cannot hold goes to the
+  worker (`deferred`). A background run that is still going is waited for (bounded by the budget), so the Actor is
+  never handed an oversized window because of it;
+- **buffered** (thread scope, the default): background chunks activate at the threshold with no model call; the step
+  observes synchronously only past `blockAfter` (`om_lib/buffered.py`).
+
+A failing model never loses a message: the step still answers, with a `data-om-observation-failed` part, and the
+backlog is observed on a later step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from om_lib import actor_context as actor
+from om_lib.buffered import ObservationBuffering
+from om_lib.errors import InvalidInputError
+from om_lib.messages import Message
+from om_lib.observation import MIN_SYNC_OBSERVATION_S, ObservationPipeline, backlog_of
+from om_lib.parts import CycleParts
+from om_lib.ports import AppendResult
+from om_lib.record_writer import lease_active
+from om_lib.records import OMRecord, Thread
+from om_lib.reflection import MIN_SYNC_REFLECTION_S, Reflection
+from om_lib.resource_view import ResourceView
+from om_lib.runtime import Runtime, has_pending_tool_call
+from om_lib.work import Job
+
+logger = logging.getLogger(__name__)
+
+# With observational memory off, the Actor gets the most recent messages (the seed's `lastMessages` default).
+LAST_MESSAGES_WHEN_DISABLED = 10
+
+
+@dataclass
+class StepResult:
+    """What the Actor should see for this step."""
+
+    thread_id: str
+    resource_id: str
+    system: str
+    messages: list[Message]
+    parts: CycleParts
+    record: OMRecord | None
+    saved_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TurnResult:
+    """What `complete_turn` saved, and what it queued."""
+
+    saved: list[Message]
+    parts: CycleParts
+    scheduled: list[str] = field(default_factory=list)
+
+
+class Steps:
+    """Steps and turns over the pipeline, reflection, buffering and (resource scope) the resource view."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        pipeline: ObservationPipeline,
+        reflection: Reflection,
+        *,
+        buffering: ObservationBuffering | None,
+        resource: ResourceView | None,
+    ) -> None:
+        self.rt = rt
+        self.pipeline = pipeline
+        self.reflection = reflection
+        self.buffering = buffering
+        self.resource = resource
+
+    # -- the step ------------------------------------------------------------------------------------------------------
+    def prepare(
+        self, resource_id: str, thread_id: str, new_messages: Sequence[Message], *, step_number: int = 0
+    ) -> StepResult:
+        """Save the step's new input, update memory when due, and return the Actor's context."""
+        rt = self.rt
+        deadline = rt.deadline()
+        check_ids(resource_id, thread_id)
+        now = rt.clock.now()
+        enabled = rt.settings.enabled
+        incoming = [rt.counter.with_token_counts(m) for m in actor.drop_engine_text(new_messages)]
+        # Thread scope: the store hands back the OM head with the append (one call instead of two per step).
+        # Resource scope: the append lists the thread among the resource's pending ones (same write).
+        appended = rt.store.append_messages(
+            resource_id,
+            thread_id,
+            incoming,
+            now=now,
+            include_record=rt.settings.scope == 'thread',
+            mark_pending=self.resource is not None and enabled,
+        )
+        parts = CycleParts()
+        saved = list(appended.created_ids)
+        if not enabled:
+            page = rt.store.list_messages(resource_id, thread_id, limit=LAST_MESSAGES_WHEN_DISABLED, newest_first=True)
+            return StepResult(thread_id, resource_id, '', list(reversed(page.messages)), parts, None, saved)
+        try:
+            if self.resource is not None:
+                return self._resource_step(appended, deadline, step_number, parts, cycle_start=now)
+            return self._thread_step(appended, deadline, step_number, parts)
+        except Exception as exc:  # noqa: BLE001 - the input is saved: trouble goes into the 200 answer (CONTRACT §2)
+            logger.exception('memory update failed after the step was saved', extra={'thread_id': thread_id})
+            parts.add(rt.failed_part(None, 'observation', 0, exc, '', thread_id))
+            raw = [m for m in appended.messages if m.role != 'system']
+            return StepResult(thread_id, resource_id, '', raw, parts, None, saved)
+
+    def _thread_step(self, appended: AppendResult, deadline: float, step_number: int, parts: CycleParts) -> StepResult:
+        rt = self.rt
+        thread = appended.thread
+        resource_id, thread_id = thread.resource_id, thread.id
+        record = appended.record if appended.record_included and appended.record is not None else None
+        record = record or rt.writer.get_or_create('thread', resource_id, thread_id)
+        unobserved = rt.load_after(resource_id, thread_id, record.cursor(thread_id))
+        threshold = rt.message_threshold(record)
+        if self.buffering is not None:
+            record, thread, unobserved = self.buffering.step(record, thread, unobserved, deadline, parts)
+        elif rt.counter.count_messages(unobserved) >= threshold and not has_pending_tool_call(unobserved):
+            backlog = backlog_of(thread_id, unobserved, rt)
+            record = self.pipeline.observe(record, [backlog], deadline, parts, due_at=threshold)
+            thread = rt.store.get_thread(resource_id, thread_id) or thread
+            unobserved = rt.load_after(resource_id, thread_id, record.cursor(thread_id))
+        record = self._reflect(record, thread_id, deadline, parts)
+        messages = actor.visible_messages(rt, record, unobserved, appended.messages)
+        parts.add(actor.status_part(rt, record, messages, thread_id, step_number))
+        system = actor.system_text(rt, record, thread)
+        return StepResult(thread_id, resource_id, system, messages, parts, record, list(appended.created_ids))
+
+    def _resource_step(
+        self, appended: AppendResult, deadline: float, step_number: int, parts: CycleParts, *, cycle_start: datetime
+    ) -> StepResult:
+        """`cycle_start`: when this step began (before its own input was saved); reflection waits only for messages
+        older than that."""
+        rt = self.rt
+        view = self.resource
+        assert view is not None
+        thread: Thread = appended.thread
+        resource_id, thread_id = thread.resource_id, thread.id
+        record = rt.writer.get_or_create('resource', resource_id, thread_id)
+        snap = view.snapshot(record, thread_id)
+        threshold = rt.message_threshold(record)
+        if snap.pending >= threshold and not has_pending_tool_call(snap.current.messages):
+            strategy = view.strategy
+            chosen = strategy.select(list(snap.backlogs.values()), threshold)
+            record = self.pipeline.observe(record, chosen, deadline, parts, due_at=threshold)
+            snap = view.snapshot(record, thread_id)
+            thread = rt.store.get_thread(resource_id, thread_id) or thread
+        if self.reflection.due(record) and view.reflection_may_start(resource_id, cycle_start):
+            record = self._reflect(record, thread_id, deadline, parts)
+        messages = actor.visible_messages(rt, record, snap.current.messages, appended.messages)
+        parts.add(actor.status_part(rt, record, messages, thread_id, step_number))
+        system = actor.system_text(rt, record, thread, other_conversations=snap.blocks)
+        return StepResult(thread_id, resource_id, system, messages, parts, record, list(appended.created_ids))
+
+    def _reflect(self, record: OMRecord, thread_id: str, deadline: float, parts: CycleParts) -> OMRecord:
+        """Reflect when due: buffered reflection when it is on; else within this request (waiting for a running
+        reflection, bounded by the budget), or through the workflow when the budget cannot hold it."""
+        rt = self.rt
+        if self.reflection.buffered:
+            return self.reflection.buffered_step(record, thread_id, deadline, parts)
+        if not self._reflection_pending(record):
+            return record
+        for _ in range(2):
+            if rt.left(deadline) < MIN_SYNC_REFLECTION_S:
+                if self.reflection.due(record):
+                    rt.submit(Job('reflect', record.resource_id, thread_id, record.key, 'threshold'))
+                return record
+            outcome = self.reflection.reflect_now(record, thread_id, deadline, parts)
+            if outcome.status != 'busy':
+                return outcome.record
+            # Another holder (the workflow, a concurrent step) is reflecting this very log: wait for its result.
+            fresh = rt.wait_for_release(outcome.record, 'reflecting', deadline, reserve_s=MIN_SYNC_REFLECTION_S)
+            if fresh is None:
+                parts.add(
+                    rt.failed_part(
+                        None,
+                        'reflection',
+                        outcome.record.observation_tokens,
+                        'another worker is reflecting this memory and did not finish within this request',
+                        outcome.record.id,
+                        thread_id,
+                        reason='busy',
+                    )
+                )
+                return rt.writer.fresh(outcome.record)
+            record = fresh
+            if not self._reflection_pending(record):
+                return record
+        return record
+
+    def _reflection_pending(self, record: OMRecord) -> bool:
+        """Over the threshold with a reflection due, or one running elsewhere that this step should wait for."""
+        over = record.observation_tokens > self.rt.settings.observation_tokens
+        return self.reflection.due(record) or (over and lease_active(record.reflecting, self.rt.clock.now()))
+
+    # -- the turn ------------------------------------------------------------------------------------------------------
+    def complete_turn(self, resource_id: str, thread_id: str, outputs: Sequence[Message]) -> TurnResult:
+        """Save the turn's outputs (assistant and tool messages). Idempotent per message id.
+
+        With background work available, a due observation or reflection is queued now, so the next step finds it
+        done instead of waiting for it.
+        """
+        rt = self.rt
+        check_ids(resource_id, thread_id)
+        enabled = rt.settings.enabled
+        incoming = [rt.counter.with_token_counts(m) for m in actor.drop_engine_text(outputs)]
+        appended = rt.store.append_messages(
+            resource_id, thread_id, incoming, now=rt.clock.now(), mark_pending=self.resource is not None and enabled
+        )
+        parts = CycleParts()
+        scheduled: list[str] = []
+        if rt.work is None or not enabled:
+            return TurnResult(list(appended.messages), parts, scheduled)
+        # A thread saved through turns only is observed too (its record is created here, once).
+        record = rt.writer.get_or_create(rt.settings.scope, resource_id, thread_id)
+        unobserved = rt.load_after(resource_id, thread_id, record.cursor(thread_id))
+        pending = rt.counter.count_messages(unobserved)
+        if self.resource is not None:
+            pending = self.resource.snapshot(record, thread_id).pending
+        due_at = rt.message_threshold(record)
+        if self.buffering is not None:
+            # Buffering: the turn queues the next slice. A full background observation is only for a backlog past
+            # blockAfter that activation will not cover (the next step would otherwise block on it).
+            record, queued = self.buffering.maybe_enqueue(record, thread_id, unobserved, pending, parts)
+            if queued:
+                scheduled.append('buffer')
+            due_at = int(rt.settings.block_after or due_at)
+            if record.buffered_chunks:
+                due_at = max(due_at, pending + 1)
+        if (
+            unobserved
+            and pending >= due_at
+            and not has_pending_tool_call(unobserved)
+            and not lease_active(record.observing, rt.clock.now())
+            and rt.submit(Job('observe', resource_id, thread_id, record.key, 'threshold'))
+        ):
+            scheduled.append('observe')
+        if self.reflection.buffered:
+            if self.reflection.start_buffered(record, thread_id, parts)[1]:
+                scheduled.append('reflect')
+        elif self.reflection.due(record) and rt.submit(Job('reflect', resource_id, thread_id, record.key, 'threshold')):
+            scheduled.append('reflect')
+        return TurnResult(list(appended.messages), parts, scheduled)
+
+
+def check_ids(resource_id: str, thread_id: str) -> None:
+    """Refuse ids the store cannot key (before anything is written)."""
+    for name, value in (('resourceId', resource_id), ('threadId', thread_id)):
+        if not value or not value.strip():
+            raise InvalidInputError(f'{name} is required and must not be empty')
+        if '/' in value:
+            raise InvalidInputError(f'{name} must not contain "/" (it separates key parts)')
+        if len(value) > 256:
+            raise InvalidInputError(f'{name} is too long ({len(value)} characters; at most 256)')
+
+
+__all__ = ['MIN_SYNC_OBSERVATION_S', 'StepResult', 'Steps', 'TurnResult']
