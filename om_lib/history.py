@@ -33,9 +33,10 @@ from typing import Any
 
 from om_lib import resource_scope as rs
 from om_lib.config import SemanticRecallSettings
-from om_lib.errors import InvalidInputError, ThreadNotFoundError, VersionConflictError
+from om_lib.errors import InvalidInputError, ThreadNotFoundError
 from om_lib.messages import Message
 from om_lib.ports import MemoryStore
+from om_lib.record_writer import RecordWriter
 from om_lib.records import ObservationGroup, OMRecord, Thread, record_key
 from om_lib.semantic import SemanticMemory
 
@@ -47,7 +48,6 @@ DEFAULT_PER_PAGE = 40
 READ_CHUNK = 500
 # Messages written per store call while cloning.
 WRITE_CHUNK = 100
-_COMMIT_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -202,6 +202,7 @@ def clone_thread(
     date_range: DateRange | None = None,
     now: datetime,
     new_id: Callable[[], str] | None = None,
+    writer: RecordWriter | None = None,
 ) -> tuple[Thread, list[Message]]:
     """Copy a thread's messages (optionally only those in `date_range`, then only the last `message_limit`) into a
     new thread of the same resource, and return it with the copied messages as stored.
@@ -264,7 +265,7 @@ def clone_thread(
             groups=groups,
             observed_timezone=record.observed_timezone,
         )
-        store.put_record(fresh, expected_version=None)
+        (writer or RecordWriter(store, _FixedClock(now), make_id)).create(fresh)
         if source.current_task or source.suggested_response:
             thread = store.update_thread(
                 thread.model_copy(
@@ -330,16 +331,18 @@ def forget_messages(
     now: datetime,
     new_id: Callable[[], str] | None = None,
     count: Callable[[str], int] | None = None,
+    writer: RecordWriter | None = None,
 ) -> int:
     """Delete messages by id (`None`: clear the thread) and keep observational memory honest (module docstring).
 
-    `count` counts observation tokens (the engine's counter) for a resource log that keeps other threads' sections.
+    `count` counts observation tokens (the engine's counter) for a resource log that keeps other threads' sections;
+    `writer` is the engine's record writer (records change only through one).
 
     Returns how many messages were deleted. Raises ThreadNotFoundError for a missing thread or one of another
     resource. Applies to the thread-scope record and, when one exists, to the resource-scope record (which then
     observes every thread of the resource again: its log cannot be cut per thread either).
     """
-    make_id = new_id or (lambda: uuid.uuid4().hex)
+    writer = writer or RecordWriter(store, _FixedClock(now), new_id or (lambda: uuid.uuid4().hex))
     _require_thread(store, resource_id, thread_id)
     if message_ids is None:
         doomed_seqs: list[int] | None = None
@@ -349,7 +352,7 @@ def forget_messages(
     if doomed_seqs is not None and not doomed_seqs:
         return deleted
     keys = (record_key('thread', resource_id, thread_id), record_key('resource', resource_id, None))
-    resets = [_forget_in_record(store, key, thread_id, doomed_seqs, now, make_id, count) for key in keys]
+    resets = [_forget_in_record(writer, key, thread_id, doomed_seqs, now, count) for key in keys]
     if any(resets):
         # The continuation hints were written from the same observations.
         thread = store.get_thread(resource_id, thread_id)
@@ -358,53 +361,53 @@ def forget_messages(
     return deleted
 
 
+def _observed(head: OMRecord, thread_id: str, doomed: list[int] | None) -> bool:
+    """Did `head` observe any of the doomed messages (None: any message of the thread)?"""
+    groups = [g for g in head.groups if g.thread_id == thread_id]
+    if doomed is None:
+        observed = head.cursor(thread_id) > 0 or bool(groups)
+        if head.scope == 'thread':
+            observed = observed or bool(head.active_observations) or bool(head.buffered_chunks)
+        return observed
+    return any(s <= head.cursor(thread_id) or any(g.start_seq <= s <= g.end_seq for g in groups) for s in doomed)
+
+
 def _forget_in_record(
-    store: MemoryStore,
+    writer: RecordWriter,
     key: str,
     thread_id: str,
     doomed: list[int] | None,
     now: datetime,
-    make_id: Callable[[], str],
     count: Callable[[str], int] | None = None,
 ) -> bool:
     """Reset or trim one record after a deletion; True when its observations were reset."""
-    for _ in range(_COMMIT_ATTEMPTS):
-        head = store.get_record(key)
-        if head is None:
-            return False
-        if head.scope == 'resource':
-            try:
-                return _forget_in_resource_record(store, head, thread_id, doomed, now, make_id, count)
-            except VersionConflictError:
-                continue
-        groups = [g for g in head.groups if g.thread_id == thread_id]
-        if doomed is None:
-            observed = head.cursor(thread_id) > 0 or bool(groups)
-            if head.scope == 'thread':
-                observed = observed or bool(head.active_observations) or bool(head.buffered_chunks)
-        else:
-            observed = any(
-                s <= head.cursor(thread_id) or any(g.start_seq <= s <= g.end_seq for g in groups) for s in doomed
-            )
-        try:
-            if observed:
-                store.put_generation(_reset(head, now, make_id()), expected_version=head.version)
-                return True
-            chunks = tuple(
-                c
-                for c in head.buffered_chunks
-                if c.thread_id != thread_id
-                or not (doomed is None or any(c.start_seq <= s <= c.end_seq for s in doomed))
-            )
-            if chunks != head.buffered_chunks:
-                trimmed = head.model_copy(update={'buffered_chunks': chunks, 'updated_at': now})
-                if not chunks:
-                    trimmed = trimmed.model_copy(update={'last_buffered_at_tokens': 0})
-                store.put_record(trimmed, expected_version=head.version)
-            return False
-        except VersionConflictError:
-            continue
-    raise VersionConflictError(key, None)
+    head = writer.head(key)
+    if head is None:
+        return False
+    if head.scope == 'resource':
+        return _forget_in_resource_record(writer, head, thread_id, doomed, now, count)
+    reset = writer.commit_generation(
+        head, lambda cur: _reset(writer, cur) if _observed(cur, thread_id, doomed) else None
+    )
+    if reset is not None:
+        return True
+
+    def drop_chunks(current: OMRecord) -> OMRecord | None:
+        # Buffered chunks that covered a deleted message would bring its content back when activated.
+        chunks = tuple(
+            c
+            for c in current.buffered_chunks
+            if c.thread_id != thread_id or not (doomed is None or any(c.start_seq <= s <= c.end_seq for s in doomed))
+        )
+        if chunks == current.buffered_chunks:
+            return None
+        update: dict[str, Any] = {'buffered_chunks': chunks}
+        if not chunks:
+            update['last_buffered_at_tokens'] = 0
+        return current.model_copy(update=update)
+
+    writer.commit(head, drop_chunks)
+    return False
 
 
 def erase_thread_from_resource_memory(
@@ -414,81 +417,92 @@ def erase_thread_from_resource_memory(
     *,
     now: datetime,
     count: Callable[[str], int] | None = None,
+    writer: RecordWriter | None = None,
 ) -> bool:
     """After a thread is erased: its sections and cursor leave the resource's memory (True when it had any)."""
-    key = record_key('resource', resource_id, None)
-    return _forget_in_record(store, key, thread_id, None, now, lambda: uuid.uuid4().hex, count)
+    writer = writer or RecordWriter(store, _FixedClock(now), lambda: uuid.uuid4().hex)
+    return _forget_in_record(writer, record_key('resource', resource_id, None), thread_id, None, now, count)
 
 
 def _forget_in_resource_record(
-    store: MemoryStore,
+    writer: RecordWriter,
     head: OMRecord,
     thread_id: str,
     doomed: list[int] | None,
     now: datetime,
-    make_id: Callable[[], str],
     count: Callable[[str], int] | None,
 ) -> bool:
+    store = writer.store
     cursor = head.cursor(thread_id)
     if cursor == 0 or (doomed is not None and not any(s <= cursor for s in doomed)):
         return False  # nothing observed from what was deleted
     if head.origin == 'reflection':
         # A reflection may have merged this thread's lines with others': start the resource memory over.
-        store.put_generation(_reset(head, now, make_id()), expected_version=head.version)
+        writer.commit_generation(head, lambda cur: _reset(writer, cur))
         for other in head.cursors:
             store.mark_pending(head.resource_id, other, now=now)
         return True
-    text = rs.remove_thread_sections(
-        head.active_observations, {thread_id, rs.shown_thread_id(head.resource_id, thread_id)}
-    )
-    if count is not None:
-        tokens = count(text)
-    else:  # proportional estimate; the next observation recounts
-        tokens = head.observation_tokens * len(text) // max(1, len(head.active_observations))
-    trimmed = head.model_copy(
-        update={
-            'id': make_id(),
-            'generation': head.generation + 1,
-            'created_at': now,
-            'updated_at': now,
-            'active_observations': text,
-            'observation_tokens': tokens,
-            'cursors': {t: c for t, c in head.cursors.items() if t != thread_id},
-            'groups': tuple(g for g in head.groups if g.thread_id != thread_id),
-            'buffered_chunks': tuple(c for c in head.buffered_chunks if c.thread_id != thread_id),
-        }
-    )
-    store.put_generation(trimmed, expected_version=head.version)
+
+    def without_thread(current: OMRecord) -> OMRecord | None:
+        if current.cursor(thread_id) == 0:
+            return None
+        text = rs.remove_thread_sections(
+            current.active_observations, {thread_id, rs.shown_thread_id(current.resource_id, thread_id)}
+        )
+        if count is not None:
+            tokens = count(text)
+        else:  # proportional estimate; the next observation recounts
+            tokens = current.observation_tokens * len(text) // max(1, len(current.active_observations))
+        return writer.next_generation(
+            current,
+            active_observations=text,
+            observation_tokens=tokens,
+            cursors={t: c for t, c in current.cursors.items() if t != thread_id},
+            groups=tuple(g for g in current.groups if g.thread_id != thread_id),
+            buffered_chunks=tuple(c for c in current.buffered_chunks if c.thread_id != thread_id),
+        )
+
+    writer.commit_generation(head, without_thread)
     store.mark_pending(head.resource_id, thread_id, now=now)
     return True
 
 
-def _reset(head: OMRecord, now: datetime, record_id: str) -> OMRecord:
+def _reset(writer: RecordWriter, head: OMRecord) -> OMRecord:
     """The next generation of `head` with nothing observed: every message is observed again from the start."""
-    return head.model_copy(
-        update={
-            'id': record_id,
-            'generation': head.generation + 1,
-            'origin': 'initial',
-            'created_at': now,
-            'updated_at': now,
-            'active_observations': '',
-            'observation_tokens': 0,
-            'total_tokens_observed': 0,
-            'pending_message_tokens': 0,
-            'cursors': {},
-            'last_observed_at': None,
-            'groups': (),
-            'buffered_chunks': (),
-            'last_buffered_at_tokens': 0,
-            'buffered_reflection': None,
-            'buffered_reflection_tokens': None,
-            'buffered_reflection_input_tokens': None,
-            'reflected_line_count': None,
-            'observing': None,
-            'reflecting': None,
-            'buffering_observation': None,
-            'buffering_reflection': None,
-            'reflection_stalled_at_tokens': None,
-        }
+    return writer.next_generation(
+        head,
+        origin='initial',
+        active_observations='',
+        observation_tokens=0,
+        total_tokens_observed=0,
+        pending_message_tokens=0,
+        cursors={},
+        last_observed_at=None,
+        groups=(),
+        buffered_chunks=(),
+        last_buffered_at_tokens=0,
+        buffered_reflection=None,
+        buffered_reflection_tokens=None,
+        buffered_reflection_input_tokens=None,
+        reflected_line_count=None,
+        observing=None,
+        reflecting=None,
+        buffering_observation=None,
+        buffering_reflection=None,
+        reflection_stalled_at_tokens=None,
     )
+
+
+class _FixedClock:
+    """A clock for history operations called without the engine's: `now` as given, monotonic from the OS."""
+
+    def __init__(self, now: datetime) -> None:
+        self._now = now
+
+    def now(self) -> datetime:
+        return self._now
+
+    def monotonic(self) -> float:
+        import time
+
+        return time.monotonic()

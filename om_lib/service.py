@@ -165,6 +165,7 @@ class MemoryService:
             message_ids,
             now=self.now(),
             count=self.engine.counter.count_observations,
+            writer=self.engine.rt.writer,
         )
         if self.semantic is not None:
             self.semantic.forget_messages(resource_id, thread_id, message_ids)
@@ -224,6 +225,7 @@ class MemoryService:
             message_limit=message_limit,
             date_range=date_range,
             now=self.now(),
+            writer=self.engine.rt.writer,
         )
         working = self.conversation.working
         if working is not None and working.scope == 'thread':
@@ -268,6 +270,7 @@ class MemoryService:
                 thread_id,
                 now=self.now(),
                 count=self.engine.counter.count_observations,
+                writer=self.engine.rt.writer,
             )
 
     def erase_resource(self, resource_id: str) -> None:
