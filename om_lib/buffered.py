@@ -43,10 +43,21 @@ class ObservationBuffering:
 
     # -- the step ---------------------------------------------------------------------------------------------------
     def step(
-        self, record: OMRecord, thread: Thread, unobserved: list[Message], deadline: float, parts: CycleParts
+        self,
+        record: OMRecord,
+        thread: Thread,
+        unobserved: list[Message],
+        deadline: float,
+        parts: CycleParts,
+        *,
+        step_input: Sequence[Message] = (),
     ) -> tuple[OMRecord, Thread, list[Message]]:
         """Activate buffered chunks when due, observe past blockAfter, queue the next slice; returns the new state
-        and the messages the Actor sees."""
+        and the messages the Actor sees.
+
+        The step's own input is not buffered here: the turn that answers it buffers it together with the answer (one
+        Observer call per turn instead of two); a client that never sends turns gets it buffered by its next step.
+        """
         rt = self.rt
         s = rt.settings
         record = deliver_background_parts(rt, record, parts)
@@ -72,7 +83,10 @@ class ObservationBuffering:
             observed = [m for m in before if m.id not in still]
             retained = buf.retained_after_observation(observed, pending, floor, rt.counter.count_messages)
         if unobserved and not waiting_on_tool:
-            record, _ = self.maybe_enqueue(record, thread.id, unobserved, pending, parts)
+            own = {m.id for m in step_input}
+            earlier = [m for m in unobserved if m.id not in own]
+            if earlier:
+                record, _ = self.maybe_enqueue(record, thread.id, earlier, rt.counter.count_messages(earlier), parts)
         return record, thread, [*retained, *unobserved]
 
     def maybe_enqueue(

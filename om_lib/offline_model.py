@@ -377,6 +377,17 @@ def _observe_messages(messages: Sequence[Message], previous: set[tuple[str, str,
     return observations, task, hint
 
 
+_NEW_HISTORY = '## New Message History to Observe'
+_PROMPT_THREAD_RE = re.compile(r'^<thread id="([^"]*)">$', re.MULTILINE)
+
+
+def _shown_thread_ids(request: ModelRequest) -> list[str]:
+    """The thread ids of the prompt's new message history, in order (what a multi-thread answer must use)."""
+    prompt = next((p for c in request.contents for p in c.parts if isinstance(p, str)), '')
+    history = prompt.split(_NEW_HISTORY, 1)[1] if _NEW_HISTORY in prompt else ''
+    return list(dict.fromkeys(_PROMPT_THREAD_RE.findall(history)))
+
+
 def observe(request: ModelRequest) -> str:
     """The offline Observer's output for an observer request (see the module docstring)."""
     messages = list(request.source_messages)
@@ -397,10 +408,13 @@ def observe(request: ModelRequest) -> str:
         return _observation_block(obs), extra
 
     if multi and messages:
+        # Answer with the ids the prompt shows (obscured by default), in the order it lists the threads.
+        shown = _shown_thread_ids(request)
         lines = ['<observations>']
-        for tid in thread_ids:
+        for index, tid in enumerate(thread_ids):
+            label = shown[index] if len(shown) == len(thread_ids) else (tid or '')
             block, extra = sections([m for m in messages if m.thread_id == tid])
-            lines += [f'<thread id="{tid or ""}">', *block, *extra, '</thread>']
+            lines += [f'<thread id="{label}">', *block, *extra, '</thread>']
         lines.append('</observations>')
         return '\n'.join(lines)
 

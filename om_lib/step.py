@@ -128,7 +128,9 @@ class Steps:
         unobserved = rt.load_after(resource_id, thread_id, record.cursor(thread_id))
         threshold = rt.message_threshold(record)
         if self.buffering is not None:
-            record, thread, unobserved = self.buffering.step(record, thread, unobserved, deadline, parts)
+            record, thread, unobserved = self.buffering.step(
+                record, thread, unobserved, deadline, parts, step_input=appended.messages
+            )
         elif rt.counter.count_messages(unobserved) >= threshold and not has_pending_tool_call(unobserved):
             backlog = backlog_of(thread_id, unobserved, rt)
             record = self.pipeline.observe(record, [backlog], deadline, parts, due_at=threshold)

@@ -135,10 +135,15 @@ def test_steps_never_wait_for_the_observer_and_activation_loses_nothing(api, sta
 
 
 def _seed_one_slice(api, stack, resource: str, thread: str, marker: str) -> None:
-    # One message over bufferTokens: the step queues a buffering job for it.
+    # One message over bufferTokens, and the turn that answers it: the turn queues one buffering job for both.
     status, body = api.post(
         f'/threads/{thread}/steps',
         {'resourceId': resource, 'messages': [{'role': 'user', 'content': sentence(marker, 0, words=170)}]},
+    )
+    assert status == 200, body
+    assert not any(p['type'] == 'data-om-buffering-start' for p in body['parts']), body['parts']
+    status, body = api.post(
+        f'/threads/{thread}/turns', {'resourceId': resource, 'messages': [{'role': 'assistant', 'content': 'ok'}]}
     )
     assert status == 200, body
     assert any(p['type'] == 'data-om-buffering-start' for p in body['parts']), body['parts']

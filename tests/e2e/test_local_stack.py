@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.e2e.conftest import ACTOR_REPLY, E2E_CONFIG, wait_for
+from tests.e2e.conftest import ACTOR_REPLY, wait_for
 
 pytestmark = pytest.mark.e2e
 
