@@ -242,7 +242,7 @@ def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get('Content-Length') or 0)
             if length > MAX_REQUEST_BYTES:
                 self.close_connection = True  # the body is not read: the connection cannot be reused
-                self._send(413, {'Content-Type': 'application/json'}, error_body('payload_too_large', _TOO_LARGE))
+                self._send(413, {'Content-Type': 'application/json'}, error_body('too_large', _TOO_LARGE))
                 return
             body = self.rfile.read(length) if length else b''
             headers: dict[str, list[str]] = {}

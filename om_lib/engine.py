@@ -28,12 +28,12 @@ from om_lib.buffer_engine import ThreadBuffering
 from om_lib.config import OMConfig, ResolvedOMConfig
 from om_lib.errors import (
     DeadlineExceededError,
-    InvalidInputError,
     ModelError,
     ModelOutputError,
     ThreadNotFoundError,
     VersionConflictError,
 )
+from om_lib.ids import check_id
 from om_lib.llm import Content, InlineBlob, ModelRequest
 from om_lib.messages import Message, TextPart, ToolCallPart, ToolResultPart, iso
 from om_lib.model_router import ModelRouter
@@ -1290,13 +1290,8 @@ class MemoryEngine:
 
 
 def _check_ids(resource_id: str, thread_id: str) -> None:
-    for name, value in (('resourceId', resource_id), ('threadId', thread_id)):
-        if not value or not value.strip():
-            raise InvalidInputError(f'{name} is required and must not be empty')
-        if '/' in value:
-            raise InvalidInputError(f'{name} must not contain "/" (it separates key parts)')
-        if len(value) > 256:
-            raise InvalidInputError(f'{name} is too long ({len(value)} characters; at most 256)')
+    check_id('resourceId', resource_id)
+    check_id('threadId', thread_id)
 
 
 def _drop_engine_text(messages: Sequence[Message]) -> list[Message]:

@@ -70,7 +70,7 @@ class InvalidWorkingMemoryError(InvalidInputError):
 class WorkingMemoryTooLargeError(InvalidWorkingMemoryError):
     """The updated working memory would be larger than `MAX_WORKING_MEMORY_BYTES`."""
 
-    code = 'working_memory_too_large'
+    code = 'too_large'
 
 
 def deep_merge(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
@@ -195,7 +195,14 @@ class WorkingMemory:
             raise WorkingMemoryTooLargeError(
                 f'the working memory would be {size} bytes; at most {MAX_WORKING_MEMORY_BYTES} are kept. '
                 'Keep it short: it is sent with every message',
-                [{'field': 'workingMemory', 'type': 'too_large', 'message': f'{size} > {MAX_WORKING_MEMORY_BYTES}'}],
+                [
+                    {
+                        'field': 'workingMemory',
+                        'type': 'too_large',
+                        'message': f'{size} > {MAX_WORKING_MEMORY_BYTES}',
+                        'limit': MAX_WORKING_MEMORY_BYTES,
+                    }
+                ],
             )
         return result
 

@@ -22,7 +22,6 @@ from functions import _wiring
 from functions._observability import logger, metrics, record_parts_metrics
 from functions.api import auth
 from functions.api.models import (
-    MAX_ID_CHARS,
     ChatIn,
     ChatOut,
     ErrorOut,
@@ -38,6 +37,7 @@ from functions.api.models import (
 from om_lib import history
 from om_lib.chat import ChatService
 from om_lib.errors import ThreadNotFoundError
+from om_lib.ids import Id
 from om_lib.messages import Message
 from om_lib.recall import declaration_json, step_tools
 from om_lib.records import Thread
@@ -47,9 +47,11 @@ from om_lib.working_memory import working_memory_of
 
 router = APIGatewayRouter()
 
-ThreadId = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS)]
-ResourceIdPath = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS)]
-ResourceIdQuery = Annotated[str, Query(min_length=1, max_length=MAX_ID_CHARS)]
+# Every id in a path or a query string follows the one id grammar (om_lib.ids): else 422 `invalid_id`.
+ThreadId = Annotated[Id, Path()]
+ResourceIdPath = Annotated[Id, Path()]
+ResourceIdQuery = Annotated[Id, Query()]
+OptionalResourceIdQuery = Annotated[Id | None, Query()]
 Page = Annotated[int, Query(ge=0, le=1_000_000)]
 PerPage = Annotated[int, Query(ge=1, le=1000)]
 # The store reads at most this many messages per call while skipping to a later page.

@@ -10,15 +10,17 @@ import dataclasses
 import uuid
 from typing import Annotated
 
-from aws_lambda_powertools.event_handler.openapi.params import Body, Query
+from aws_lambda_powertools.event_handler.openapi.params import Body
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
 from functions import _wiring
 from functions._observability import logger
 from functions.api.errors import ApiError
-from functions.api.models import MAX_ID_CHARS, message_json
+from functions.api.limits import WORKING_MEMORY_KEY
+from functions.api.models import message_json
 from functions.api.routes import (
     _COMMON,
+    OptionalResourceIdQuery,
     ResourceIdQuery,
     ThreadId,
     _errors,
@@ -44,14 +46,9 @@ from om_lib.working_memory import WorkingMemory, working_memory_of
 
 router = APIGatewayRouter()
 
-OptionalResourceIdQuery = Annotated[str | None, Query(min_length=1, max_length=MAX_ID_CHARS)]
-
 
 def _now():  # noqa: ANN202 - datetime
     return _wiring.engine().clock.now()
-
-
-WORKING_MEMORY_KEY = 'workingMemory'
 
 
 def _initial_working_memory(resource_id: str, thread_id: str, metadata: dict | None) -> tuple[dict | None, object]:

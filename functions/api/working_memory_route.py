@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from aws_lambda_powertools.event_handler.openapi.params import Body, Query
+from aws_lambda_powertools.event_handler.openapi.params import Body
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -20,9 +20,9 @@ from pydantic.alias_generators import to_camel
 from functions import _wiring
 from functions._observability import logger
 from functions.api.errors import ApiError
-from functions.api.models import MAX_ID_CHARS, Id
 from functions.api.routes import (
     _COMMON,
+    OptionalResourceIdQuery,
     ResourceIdPath,
     ResourceIdQuery,
     ThreadId,
@@ -32,11 +32,10 @@ from functions.api.routes import (
     json_response,
 )
 from om_lib.errors import ThreadNotFoundError
+from om_lib.ids import Id
 from om_lib.working_memory import WorkingMemory, WorkingMemoryDisabledError, working_memory_of
 
 router = APIGatewayRouter()
-
-OptionalResourceIdQuery = Annotated[str | None, Query(min_length=1, max_length=MAX_ID_CHARS)]
 
 
 class _Model(BaseModel):

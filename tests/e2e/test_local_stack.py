@@ -246,4 +246,4 @@ def test_a_body_over_10_mb_is_refused_with_413(stack):
     finally:
         connection.close()
     assert response.status == 413
-    assert_error_shape(body, 'payload_too_large')
+    assert_error_shape(body, 'too_large')
