@@ -2,7 +2,7 @@
 
 Items (docs/storage.md has the whole design and the reasons):
 
-    PK = THREAD#<thread_id>
+    PK = THREAD#<resource_id>#<thread_id>   (thread ids are scoped to their resource)
       SK = META                 thread (owner, times, title/metadata/hints), `next_seq`, incarnation `inc`, and the
                                 thread-scope OM head (`om_*`, optimistic lock `om_version`); GSI1 keys
       SK = MSG#<message_id>     one immutable message; `seq` (LSI1 sort key), content hash, write time

@@ -85,3 +85,14 @@ def test_the_readme_documents_every_limit():
     readme = (ROOT / 'README.md').read_text(encoding='utf-8')
     for limit in limits.LIMITS:
         assert f'| {limit.what} | {limit.value:,} {limit.unit} |' in readme, limit
+
+
+def test_a_record_key_sqs_cannot_take_as_a_group_id_is_hashed():
+    from om_lib.adapters.aws_work import message_group_id
+
+    assert message_group_id('thread:user:123/t-1') == 'thread:user:123/t-1'
+    long_key = f'thread:{"r" * 128}/{"t" * 128}'
+    for key in (long_key, 'thread:Ünïcode/t1'):
+        group = message_group_id(key)
+        assert len(group) == 64 and group.isalnum() and group == message_group_id(key)
+    assert message_group_id(long_key) != message_group_id(long_key[:-1])
