@@ -26,7 +26,10 @@ from om_lib.errors import InvalidIdError
 MAX_ID_CHARS = 128
 # The characters besides Unicode letters, digits and `_` (`\w`) that an id may hold (see the module docstring).
 ID_PUNCTUATION = "-.~()'!*:@,;=+&$<>[]{}|^"
-ID_PATTERN = r'^(?!\.\.?$)[\w' + re.escape(ID_PUNCTUATION) + r']{1,' + str(MAX_ID_CHARS) + r'}$'
+# The same, as a pattern valid both in Python and in JSON Schema's ECMA-262 dialect (also with the `u` flag: only
+# `-`, `[` and `]` are escaped in the class). In ECMA-262 `\w` is ASCII only: the pattern documents the grammar for
+# generated clients a little narrower than the server's Unicode letters.
+ID_PATTERN = r"^(?!\.\.?$)[\w\-.~()'!*:@,;=+&$<>\[\]{}|^]{1," + str(MAX_ID_CHARS) + '}$'
 _ID = re.compile(ID_PATTERN)
 _NAMED = {'/': 'a slash', '?': 'a question mark', '#': 'a hash', '%': 'a percent sign'}
 

@@ -68,7 +68,7 @@ def _ok(model: type, status: int = 200, description: str = 'OK') -> dict[int, An
     return {status: {'description': description, 'content': {'application/json': {'model': model}}}}
 
 
-_COMMON = (400, 401, 403, 413, 422, 500, 503)
+_COMMON = (400, 401, 403, 413, 415, 422, 500, 503)
 
 
 def json_response(body: Any, status: int = 200) -> Response:
