@@ -35,7 +35,7 @@ import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
 from om_lib.adapters.dynamodb_schema import create_table  # noqa: E402
-from om_lib.adapters.dynamodb_store import DynamoMemoryStore  # noqa: E402
+from om_lib.adapters.dynamodb_store import DynamoMemoryStore, _thread_pk  # noqa: E402
 from om_lib.adapters.tiktoken_counter import get_tokenizer  # noqa: E402
 from om_lib.clock import ManualClock  # noqa: E402
 from om_lib.config import OMConfig  # noqa: E402
@@ -119,7 +119,7 @@ class Meter:
 
 def seed(store: DynamoMemoryStore, ddb: Any, count: int, unobserved: int) -> OMRecord:
     """A thread with `count` messages and a head whose cursor leaves the last `unobserved` of them unobserved."""
-    store._allocate('THREAD#t1', 'r1', 't1', count, T0)
+    store._allocate(_thread_pk('r1', 't1'), 'r1', 't1', count, T0)
     requests = []
     for seq in range(1, count + 1):
         message = Message.model_validate(
@@ -130,7 +130,9 @@ def seed(store: DynamoMemoryStore, ddb: Any, count: int, unobserved: int) -> OMR
                 'content': MESSAGE_TEXT,
             }
         )
-        item = store._message_item('THREAD#t1', 'r1/threads/t1/', message, message.content_hash(), 'r1', seq, 1)
+        item = store._message_item(
+            _thread_pk('r1', 't1'), 'r1/threads/t1/', message, message.content_hash(), 'r1', seq, 1
+        )
         requests.append({'PutRequest': {'Item': item}})
         if len(requests) == 25:
             ddb.batch_write_item(RequestItems={store.table_name: requests})

@@ -242,7 +242,7 @@ def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get('Content-Length') or 0)
             if length > MAX_REQUEST_BYTES:
                 self.close_connection = True  # the body is not read: the connection cannot be reused
-                self._send(413, {'Content-Type': 'application/json'}, error_body('payload_too_large', _TOO_LARGE))
+                self._send(413, {'Content-Type': 'application/json'}, error_body('too_large', _TOO_LARGE))
                 return
             body = self.rfile.read(length) if length else b''
             headers: dict[str, list[str]] = {}
@@ -270,12 +270,26 @@ def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
 
         do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _dispatch  # noqa: N815
 
+        def _refuse_method(self) -> None:
+            # An `ANY` method forwards only these; API Gateway refuses the rest (TRACE, QUERY...) itself.
+            self.close_connection = True  # the body is not read: the connection cannot be reused
+            message = f'{self.command} is not supported; use {", ".join(_FORWARDED_METHODS)}'
+            headers = {'Content-Type': 'application/json', 'Allow': ', '.join(_FORWARDED_METHODS)}
+            self._send(405, headers, error_body('method_not_allowed', message))
+
+        def __getattr__(self, name: str) -> Any:
+            # http.server answers an HTML 501 for a method without a `do_` handler; ours is the contract's shape.
+            if name.startswith('do_'):
+                return self._refuse_method
+            raise AttributeError(name)
+
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature fixed by http.server
             logger.debug('%s %s', self.address_string(), format % args)
 
     return _Handler
 
 
+_FORWARDED_METHODS = ('DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT')
 _TOO_LARGE = 'the request body is larger than the 10 MB API Gateway accepts; upload big files via POST /attachments'
 
 

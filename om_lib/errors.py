@@ -24,6 +24,20 @@ class InvalidInputError(OMError, ValueError):
     code = 'invalid_input'
 
 
+class InvalidIdError(InvalidInputError):
+    """A resource, thread or message id outside the id grammar (`om_lib.ids`); nothing was written."""
+
+    code = 'invalid_id'
+
+    def __init__(self, name: str, problem: str) -> None:
+        super().__init__(
+            f"{name} {problem}; ids are 1-128 letters, digits and `_-.~()'!*:@,;=+&$<>[]{{}}|^` "
+            '(UUIDs, emails and `user:123` are fine; no `/ ? # %`, spaces or control characters)'
+        )
+        self.name = name
+        self.problem = problem
+
+
 class StorageError(OMError):
     """The store failed."""
 
@@ -49,7 +63,7 @@ class ThreadNotFoundError(NotFoundError):
 
 
 class ThreadExistsError(StorageError):
-    """A thread with this id already exists (for this or another resource); nothing was written."""
+    """The resource already has a thread with this id; nothing was written."""
 
     code = 'thread_exists'
     retryable = False
@@ -158,7 +172,7 @@ class InvalidWorkingMemoryError(InvalidInputError):
 class WorkingMemoryTooLargeError(InvalidWorkingMemoryError):
     """The updated working memory would be larger than `MAX_WORKING_MEMORY_BYTES`."""
 
-    code = 'working_memory_too_large'
+    code = 'too_large'
 
 
 class RetrievalDisabledError(InvalidInputError):

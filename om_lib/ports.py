@@ -130,11 +130,14 @@ class MemoryStore(Protocol):
         Idempotent per message id: an id already stored with the same `content_hash()` is returned as stored and not
         written again. New messages get increasing `seq` numbers in the order given. Messages are stored with their
         token-count cache as given; inline base64 attachment `data` may be replaced by a stored `url` (and `size`).
-        Raises ThreadNotFoundError when the thread belongs to another resource and MessageConflictError when an id is
-        stored with other content; in both cases nothing is written. A thread that was erased starts over as a new
-        thread (its old OM record stays gone). `include_record=True` also returns the thread-scope OM head (see
-        `AppendResult`). `mark_pending=True` (resource scope) lists the thread among the resource's pending threads
-        (`list_pending_threads`) in the same write, keeping the time it first became pending.
+        Thread ids are scoped to their resource: another resource's thread of the same id is another thread, which
+        this call never reads nor changes. Raises MessageConflictError when an id is stored with other content;
+        nothing is written then. An append that stores nothing new (all ids already stored, or none sent) changes
+        nothing but creating a missing thread: not `updated_at`, not the sweeper's or the pending marks. A thread that
+        was erased starts over as a new thread (its old OM record stays gone). `include_record=True` also returns the
+        thread-scope OM head (see `AppendResult`). `mark_pending=True` (resource scope) lists the thread among the
+        resource's pending threads (`list_pending_threads`) in the same write, keeping the time it first became
+        pending.
         """
         ...
 
@@ -172,9 +175,9 @@ class MemoryStore(Protocol):
     ) -> Thread:
         """Create an empty thread owned by `resource_id` with a title and metadata.
 
-        Raises ThreadExistsError when the id is taken by a live thread of any resource (nothing is written; a thread
-        of another resource still reads as missing everywhere else). An erased id may be created again (a new
-        incarnation, as with `append_messages`).
+        Raises ThreadExistsError when the resource already has a live thread of this id (nothing is written); thread
+        ids are scoped to their resource, so another resource's thread of the same id is no obstacle and is never
+        revealed. An erased id may be created again (a new incarnation, as with `append_messages`).
         """
         ...
 

@@ -35,7 +35,7 @@ from om_lib.records import Thread
 from om_lib.semantic import SemanticMemory
 from om_lib.threads import list_resource_threads
 from om_lib.work import Job
-from om_lib.working_memory import WorkingMemory, WorkingMemoryView
+from om_lib.working_memory import MAX_WORKING_MEMORY_BYTES, WorkingMemory, WorkingMemoryView
 
 logger = logging.getLogger(__name__)
 
@@ -369,4 +369,13 @@ class MemoryService:
 
 
 # The request types of the service's methods, for the edges.
-__all__ = ['DEFAULT_PER_PAGE', 'DateRange', 'Include', 'MemoryService', 'OMError', 'RecallRequest']
+__all__ = [
+    'DEFAULT_PER_PAGE',
+    'MAX_WORKING_MEMORY_BYTES',
+    'WORKING_MEMORY_KEY',
+    'DateRange',
+    'Include',
+    'MemoryService',
+    'OMError',
+    'RecallRequest',
+]

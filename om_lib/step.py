@@ -25,7 +25,7 @@ from datetime import datetime
 
 from om_lib import actor_context as actor
 from om_lib.buffered import ObservationBuffering
-from om_lib.errors import InvalidInputError
+from om_lib.ids import check_id
 from om_lib.messages import Message
 from om_lib.observation import MIN_SYNC_OBSERVATION_S, ObservationPipeline, backlog_of
 from om_lib.parts import CycleParts
@@ -260,14 +260,9 @@ class Steps:
 
 
 def check_ids(resource_id: str, thread_id: str) -> None:
-    """Refuse ids the store cannot key (before anything is written)."""
-    for name, value in (('resourceId', resource_id), ('threadId', thread_id)):
-        if not value or not value.strip():
-            raise InvalidInputError(f'{name} is required and must not be empty')
-        if '/' in value:
-            raise InvalidInputError(f'{name} must not contain "/" (it separates key parts)')
-        if len(value) > 256:
-            raise InvalidInputError(f'{name} is too long ({len(value)} characters; at most 256)')
+    """Refuse ids outside the id grammar (om_lib/ids.py) before anything is written."""
+    check_id('resourceId', resource_id)
+    check_id('threadId', thread_id)
 
 
 __all__ = ['MIN_SYNC_OBSERVATION_S', 'StepResult', 'Steps', 'TurnResult']

@@ -180,7 +180,14 @@ class WorkingMemory:
             raise WorkingMemoryTooLargeError(
                 f'the working memory would be {size} bytes; at most {MAX_WORKING_MEMORY_BYTES} are kept. '
                 'Keep it short: it is sent with every message',
-                [{'field': 'workingMemory', 'type': 'too_large', 'message': f'{size} > {MAX_WORKING_MEMORY_BYTES}'}],
+                [
+                    {
+                        'field': 'workingMemory',
+                        'type': 'too_large',
+                        'message': f'{size} > {MAX_WORKING_MEMORY_BYTES}',
+                        'limit': MAX_WORKING_MEMORY_BYTES,
+                    }
+                ],
             )
         return result
 

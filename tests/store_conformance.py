@@ -70,8 +70,9 @@ class StoreConformance:
         store.append_messages('r1', 't1', [msg('a')], now=T0)
         assert store.get_thread('r2', 't1') is None
         assert store.list_messages('r2', 't1').messages == ()
+        assert store.get_messages('r2', 't1', ['a']) == []
         with pytest.raises(ThreadNotFoundError):
-            store.append_messages('r2', 't1', [msg('b')], now=T0)
+            store.delete_messages('r2', 't1', None)
         assert [m.id for m in store.list_messages('r1', 't1').messages] == ['a']
 
     def test_list_after_cursor_pages(self, store):
@@ -373,15 +374,19 @@ class StoreConformance:
         got = store.get_thread('r1', 't1')
         assert got.title == 'Trip' and got.created_at == T0 and got.metadata['project'] == 'travel'
 
-    def test_create_thread_refuses_a_taken_id_of_any_resource(self, store):
+    def test_create_thread_refuses_a_taken_id_of_the_same_resource_only(self, store):
         store.create_thread('r1', 't1', now=T0)
         store.append_messages('r1', 't2', [msg('a')], now=T0)
-        for resource in ('r1', 'r2'):
-            for thread in ('t1', 't2'):
-                with pytest.raises(ThreadExistsError):
-                    store.create_thread(resource, thread, title='taken', now=T0)
-        assert store.get_thread('r2', 't1') is None and store.get_thread('r1', 't1').title is None
-        assert store.list_threads('r2').threads == ()
+        for thread in ('t1', 't2'):
+            with pytest.raises(ThreadExistsError):
+                store.create_thread('r1', thread, title='taken', now=T0)
+        assert store.get_thread('r1', 't1').title is None
+        # Another resource's ids are its own: the same ids are free for r2, and r1's threads stay as they were.
+        for thread in ('t1', 't2'):
+            assert store.create_thread('r2', thread, title='mine', now=T0).resource_id == 'r2'
+        assert [t.title for t in store.list_threads('r2').threads] == ['mine', 'mine']
+        assert store.get_thread('r1', 't1').title is None
+        assert [m.id for m in store.list_messages('r1', 't2').messages] == ['a']
 
     def test_create_thread_after_erase_starts_over(self, store):
         store.append_messages('r1', 't1', [msg('a')], now=T0)
@@ -439,6 +444,93 @@ class StoreConformance:
         assert [m.id for m in store.list_messages('r1', 't1').messages] == ['a']
 
 
+class ScopedThreadIdsConformance:
+    """Thread ids are scoped to their resource: two resources may each own `t1`, and neither can read, change, block
+    or detect the other's (CONTRACT §2). Mixed into every store's suite."""
+
+    def test_two_resources_each_own_a_thread_of_the_same_id(self, store):
+        mine = store.append_messages('r1', 't1', [msg('a', 'mine'), msg('b')], now=T0)
+        # The same thread id and even the same message id, with other content: no conflict, another thread.
+        theirs = store.append_messages('r2', 't1', [msg('a', 'theirs')], now=T0 + timedelta(minutes=1))
+        assert theirs.created_ids == ('a',) and theirs.messages[0].seq == 1
+        assert theirs.thread.resource_id == 'r2' and theirs.thread.created_at == T0 + timedelta(minutes=1)
+        assert [m.text() for m in store.list_messages('r1', 't1').messages] == ['mine', 'hello']
+        assert [m.text() for m in store.list_messages('r2', 't1').messages] == ['theirs']
+        assert [m.text() for m in store.get_messages('r2', 't1', ['a', 'b'])] == ['theirs']
+        assert store.get_thread('r1', 't1').created_at == mine.thread.created_at == T0
+        assert [t.id for t in store.list_threads('r1').threads] == ['t1']
+        assert [t.resource_id for t in store.list_threads('r2').threads] == ['r2']
+
+    def test_changing_one_resources_thread_leaves_the_others_alone(self, store):
+        store.append_messages('r1', 't1', [msg('a'), msg('b')], now=T0)
+        store.append_messages('r2', 't1', [msg('a'), msg('c')], now=T0)
+        updated = store.update_thread(store.get_thread('r2', 't1').model_copy(update={'title': 'theirs'}))
+        assert updated.title == 'theirs' and store.get_thread('r1', 't1').title is None
+        assert store.delete_messages('r2', 't1', ['a']) == 1
+        assert [m.id for m in store.list_messages('r1', 't1').messages] == ['a', 'b']
+        store.delete_messages('r2', 't1', None)
+        assert [m.id for m in store.list_messages('r1', 't1').messages] == ['a', 'b']
+        store.delete_thread('r2', 't1')
+        assert store.get_thread('r2', 't1') is None and store.get_thread('r1', 't1') is not None
+        assert [m.id for m in store.list_messages('r1', 't1').messages] == ['a', 'b']
+        with pytest.raises(ThreadNotFoundError):
+            store.delete_thread('r2', 't1')
+        store.delete_resource('r2')
+        assert [m.id for m in store.list_messages('r1', 't1').messages] == ['a', 'b']
+
+    def test_records_of_two_resources_threads_are_separate(self, store):
+        store.append_messages('r1', 't1', [msg('a')], now=T0)
+        store.append_messages('r2', 't1', [msg('a')], now=T0)
+        mine = store.put_record(record(active_observations='mine'), expected_version=None)
+        theirs = store.put_record(
+            record('thread:r2/t1', id='rec-2', resource_id='r2', active_observations='theirs'), expected_version=None
+        )
+        assert store.append_messages('r1', 't1', [msg('b')], now=T0, include_record=True).record == mine
+        assert store.append_messages('r2', 't1', [msg('b')], now=T0, include_record=True).record == theirs
+        store.put_generation(
+            theirs.model_copy(update={'id': 'rec-3', 'generation': 1, 'active_observations': 'condensed'}),
+            expected_version=theirs.version,
+        )
+        assert [r.generation for r in store.list_generations('thread:r1/t1')] == [0]
+        store.delete_thread('r2', 't1')
+        assert store.get_record('thread:r1/t1') == mine and store.get_record('thread:r2/t1') is None
+        with pytest.raises(ErasedError):
+            store.put_record(theirs.model_copy(update={'active_observations': 'late'}), expected_version=None)
+        assert store.put_record(mine.model_copy(update={'active_observations': 'on'}), expected_version=1).version == 2
+
+    def test_marks_and_working_memory_are_per_resource_thread(self, store):
+        from om_lib.records import WorkingMemoryRecord
+
+        store.append_messages('r1', 't1', [msg('a')], now=T0, mark_pending=True)
+        store.append_messages('r2', 't1', [msg('a')], now=T0 + timedelta(minutes=1), mark_pending=True)
+        assert [p.thread_id for p in store.list_pending_threads('r1')] == ['t1']
+        assert store.clear_pending('r2', 't1', observed_through=1) is True
+        assert [p.thread_id for p in store.list_pending_threads('r1')] == ['t1']
+        assert store.list_pending_threads('r2') == []
+        for resource, text in (('r1', 'mine'), ('r2', 'theirs')):
+            memory = WorkingMemoryRecord(
+                scope='thread', resource_id=resource, thread_id='t1', format='markdown', content=text, updated_at=T0
+            )
+            store.put_working_memory(memory, expected_version=None)
+        assert store.get_working_memory('r1', 't1').content == 'mine'
+        assert store.get_working_memory('r2', 't1').content == 'theirs'
+        store.delete_thread('r2', 't1')
+        assert store.get_working_memory('r1', 't1').content == 'mine'
+
+    def test_nothing_new_changes_nothing(self, store):
+        # Given a thread whose message was stored at T0
+        store.append_messages('r1', 't1', [msg('a', 'x')], now=T0)
+        # When the same message is sent again later, and then other content under its id
+        again = store.append_messages('r1', 't1', [msg('a', 'x')], now=T0 + timedelta(hours=1))
+        with pytest.raises(MessageConflictError):
+            store.append_messages('r1', 't1', [msg('a', 'changed')], now=T0 + timedelta(hours=2))
+        store.append_messages('r1', 't1', [], now=T0 + timedelta(hours=3))
+        # Then the thread is as it was: same update time, and the next message gets the next sequence number
+        assert again.created_ids == () and again.thread.updated_at == T0
+        assert store.get_thread('r1', 't1').updated_at == T0
+        assert store.append_messages('r1', 't1', [msg('b')], now=T0).messages[0].seq == 2
+
+
 class AttentionConformance:
     """The sweeper's attention list (mixed into StoreConformance subclasses that support it)."""
 
@@ -447,6 +539,23 @@ class AttentionConformance:
         assert store.list_attention(quiet_since=T0 - timedelta(seconds=1)) == []
         items = store.list_attention(quiet_since=T0 + timedelta(minutes=1))
         assert [(i.resource_id, i.thread_id) for i in items] == [('r1', 't1')]
+
+    def test_two_resources_threads_of_the_same_id_are_marked_apart(self, store):
+        store.append_messages('r1', 't1', [msg('a')], now=T0)
+        store.append_messages('r2', 't1', [msg('a')], now=T0 + timedelta(seconds=1))
+        items = store.list_attention(quiet_since=T0 + timedelta(minutes=1))
+        assert sorted((i.resource_id, i.thread_id) for i in items) == [('r1', 't1'), ('r2', 't1')]
+        store.clear_attention(next(i for i in items if i.resource_id == 'r2'))
+        left = store.list_attention(quiet_since=T0 + timedelta(minutes=1))
+        assert [(i.resource_id, i.thread_id) for i in left] == [('r1', 't1')]
+
+    def test_an_append_of_nothing_new_does_not_mark_the_thread(self, store):
+        store.append_messages('r1', 't1', [msg('a', 'x')], now=T0)
+        store.clear_attention(store.list_attention(quiet_since=T0 + timedelta(minutes=1))[0])
+        store.append_messages('r1', 't1', [msg('a', 'x')], now=T0 + timedelta(minutes=5))
+        with pytest.raises(MessageConflictError):
+            store.append_messages('r1', 't1', [msg('a', 'changed')], now=T0 + timedelta(minutes=6))
+        assert store.list_attention(quiet_since=T0 + timedelta(hours=1)) == []
 
     def test_clear_removes_mark_unless_new_activity(self, store):
         store.append_messages('r1', 't1', [msg('a')], now=T0)

@@ -19,7 +19,6 @@ from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
 from functions import _wiring
 from functions._observability import logger
-from functions.api.errors import ApiError
 from functions.api.models import AttachmentIn, AttachmentOut
 from functions.api.routes import _errors, _ok, authorize, json_response
 from om_lib.adapters.s3_blobs import thread_prefix
@@ -30,8 +29,6 @@ if TYPE_CHECKING:
 
 router = APIGatewayRouter()  # type: ignore[no-untyped-call]  # Powertools leaves __init__ unannotated
 
-# Larger files are not useful to a model inline (Gemini takes ~20 MB per request) and cost to keep.
-MAX_ATTACHMENT_BYTES = 20 * 1024 * 1024
 UPLOAD_URL_TTL = timedelta(minutes=15)
 
 
@@ -57,12 +54,6 @@ def attachment_key(resource_id: str, thread_id: str, filename: str, unique: str)
 )
 def create_attachment(body: Annotated[AttachmentIn, Body()]) -> Response[Any]:
     authorize(body.resource_id)
-    if body.size > MAX_ATTACHMENT_BYTES:
-        raise ApiError(
-            413,
-            'payload_too_large',
-            f'attachments are limited to {MAX_ATTACHMENT_BYTES} bytes (this one declares {body.size})',
-        )
     _wiring.service().get_thread(body.resource_id, body.thread_id)  # 404 for a missing (or another's) thread
     bucket = _wiring.settings().OM_BUCKET_NAME
     key = attachment_key(body.resource_id, body.thread_id, body.filename, uuid.uuid4().hex)

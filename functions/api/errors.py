@@ -1,8 +1,10 @@
 """Every error the API answers, in the CONTRACT's one shape: `{"error": {"code", "message", "details"}}`.
 
 Three sources, one shape: our own refusals (`ApiError`), om_lib's errors (mapped by class, never by message text), and
-the framework's request validation (mapped to 400/413/422 with camelCase field paths). `GATEWAY_RESPONSES` holds the
-same shape for the errors API Gateway answers itself (the CDK app installs them as gateway responses).
+the framework's request validation (mapped to 400/413/422 with camelCase field paths: 413 `too_large` for a
+documented limit, 422 `invalid_id` for an id outside the grammar, 422 `validation_error` for the rest).
+`GATEWAY_RESPONSES` holds the same shape for the errors API Gateway answers itself (the CDK app installs them as
+gateway responses).
 """
 
 from __future__ import annotations
@@ -20,8 +22,6 @@ from om_lib import errors as om
 
 # Errors of the body as a whole that mean "absent or not a JSON object" (a model validator's error is a 422).
 _NOT_AN_OBJECT = frozenset({'missing', 'model_attributes_type', 'model_type', 'dict_type'})
-# A list longer than allowed is a size problem (413), not a shape problem.
-_TOO_LONG = frozenset({'too_long'})
 
 
 class ApiError(Exception):
@@ -63,12 +63,13 @@ _OM_ERRORS: tuple[tuple[type[om.OMError], int, str], ...] = (
     (om.NotFoundError, 404, 'not_found'),
     (om.MessageConflictError, 409, 'message_conflict'),
     (om.ThreadExistsError, 409, 'thread_exists'),
-    (om.WorkingMemoryTooLargeError, 413, 'working_memory_too_large'),
+    (om.WorkingMemoryTooLargeError, 413, 'too_large'),
     (om.InvalidWorkingMemoryError, 422, 'invalid_working_memory'),
     (om.WorkingMemoryDisabledError, 422, 'working_memory_disabled'),
     (om.RetrievalDisabledError, 422, 'retrieval_disabled'),
     (om.VersionConflictError, 409, 'version_conflict'),
     (om.ErasedError, 409, 'erased'),
+    (om.InvalidIdError, 422, 'invalid_id'),
     (om.InvalidInputError, 422, 'invalid_input'),
     (om.ModelUnavailableError, 503, 'model_unavailable'),
     (om.DeadlineExceededError, 503, 'model_unavailable'),
@@ -106,24 +107,27 @@ def _field_path(loc: Sequence[Any]) -> str:
 
 
 def validation_details(errors: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pydantic/Powertools error entries as `{location, field, type, message}` (no echo of the input)."""
+    """Pydantic/Powertools error entries as `{location, field, type, message}` (no echo of the input), plus `limit`
+    for a value over a documented limit."""
     details = []
     for entry in errors:
         loc = tuple(entry.get('loc') or ())
         location, rest = (loc[0], loc[1:]) if loc and loc[0] in ('body', 'query', 'path', 'header') else ('body', loc)
-        details.append(
-            {
-                'location': location,
-                'field': _field_path(rest),
-                'type': entry.get('type', 'invalid'),
-                'message': str(entry.get('msg') or 'invalid value'),
-            }
-        )
+        detail = {
+            'location': location,
+            'field': _field_path(rest),
+            'type': entry.get('type', 'invalid'),
+            'message': str(entry.get('msg') or 'invalid value'),
+        }
+        if entry.get('type') == 'too_large' and 'limit' in (entry.get('ctx') or {}):
+            detail['limit'] = entry['ctx']['limit']
+        details.append(detail)
     return details
 
 
 def validation_response(exc: RequestValidationError) -> Response[Any]:
-    """400 when the body is not a JSON object, 413 when a list is over its limit, else 422 with field paths."""
+    """400 when the body is not a JSON object, 413 when a value is over its limit, 422 `invalid_id` for an id outside
+    the grammar, else 422 `validation_error`; every field to fix is in `details`."""
     errors = list(exc.errors())
     details = validation_details(errors)
     if any(
@@ -132,13 +136,24 @@ def validation_response(exc: RequestValidationError) -> Response[Any]:
     ):
         # The body as a whole is wrong: absent, not JSON, or JSON but not an object.
         return error_response(HTTPStatus.BAD_REQUEST, 'invalid_json', 'the request body must be a JSON object', details)
-    too_long = [d for e, d in zip(errors, details, strict=True) if e.get('type') in _TOO_LONG]
-    if too_long:
+    too_large = [d for d in details if d['type'] == 'too_large']
+    if too_large:
+        first = too_large[0]
         return error_response(
             HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-            'payload_too_large',
-            f'too many items in {too_long[0]["field"]}; split the request into smaller ones',
-            too_long,
+            'too_large',
+            f'{first["field"] or "the body"} is over its limit: {first["message"]}; split the request or shorten it',
+            too_large,
+        )
+    invalid_ids = [(e, d) for e, d in zip(errors, details, strict=True) if d['type'] == 'invalid_id']
+    if invalid_ids:
+        entry, first = invalid_ids[0]
+        problem = str((entry.get('ctx') or {}).get('problem') or 'is not a valid id')
+        return error_response(
+            HTTPStatus.UNPROCESSABLE_ENTITY,
+            'invalid_id',
+            str(om.InvalidIdError(first['field'] or 'the id', problem)),
+            [d for _, d in invalid_ids],
         )
     first = details[0] if details else {'field': '', 'message': 'invalid request'}
     where = f'{first["field"]}: ' if first['field'] else ''
@@ -193,7 +208,8 @@ GATEWAY_RESPONSES: dict[str, tuple[int | None, str]] = {
     'EXPIRED_TOKEN': (403, 'forbidden'),
     'AUTHORIZER_FAILURE': (500, 'internal_error'),
     'AUTHORIZER_CONFIGURATION_ERROR': (500, 'internal_error'),
-    'REQUEST_TOO_LARGE': (413, 'payload_too_large'),
+    'REQUEST_TOO_LARGE': (413, 'too_large'),
+    'UNSUPPORTED_MEDIA_TYPE': (415, 'unsupported_media_type'),
     'THROTTLED': (429, 'too_many_requests'),
     'QUOTA_EXCEEDED': (429, 'too_many_requests'),
     'INTEGRATION_FAILURE': (502, 'dependency_unavailable'),

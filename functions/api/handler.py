@@ -10,9 +10,20 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _wiring
 from functions._observability import logger, metrics
-from functions.api import attachments, edge, errors, meta, recall_route, routes, threads, working_memory_route
+from functions.api import (
+    attachments,
+    edge,
+    errors,
+    json_body,
+    meta,
+    recall_route,
+    routes,
+    threads,
+    working_memory_route,
+)
 
-app = APIGatewayRestResolver(enable_validation=True)
+# Bodies are parsed by json_body.parse: strict JSON (no NaN, overflow, lone surrogates or runaway nesting).
+app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=json_body.parse)
 app.include_router(routes.router)
 app.include_router(threads.router)
 app.include_router(attachments.router)
@@ -37,4 +48,5 @@ if os.environ.get('AWS_LAMBDA_FUNCTION_NAME'):
 @logger.inject_lambda_context
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return edge.refuse_early(event) or app.resolve(event, context)
+    refusal, admitted = edge.admit(event)
+    return refusal or app.resolve(admitted, context)

@@ -11,17 +11,35 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from om_lib.messages import Message, Part, Role, TextPart
+from functions.api.limits import (
+    MAX_ATTACHMENT_BYTES,
+    MAX_FILENAME_CHARS,
+    MAX_MESSAGES_PER_REQUEST,
+    MAX_PARTS_PER_MESSAGE,
+    MAX_TEXT_CHARS,
+    AtMost,
+    Text,
+    too_large,
+)
+from om_lib.ids import Id
+from om_lib.messages import Message, Part, ReasoningPart, Role, TextPart
 
-MAX_ID_CHARS = 256
-MAX_MESSAGES_PER_REQUEST = 100
-
-Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern=r'\S')]
 # The fields a client never sees: arrival order, the token cache and the owner (the request already names it).
 SERVER_FIELDS = frozenset({'seq', 'token_counts', 'thread_id', 'resource_id'})
+
+
+def _text_within_limit(part: Part) -> Part:
+    if isinstance(part, TextPart | ReasoningPart) and len(part.text) > MAX_TEXT_CHARS:
+        raise too_large(MAX_TEXT_CHARS, 'characters of text', len(part.text))
+    return part
+
+
+# A message part, its text within MAX_TEXT_CHARS (the part models are om_lib's, so the API refuses what the engine
+# would, before anything is written).
+LimitedPart = Annotated[Part, AfterValidator(_text_within_limit)]
 
 
 def new_message_id() -> str:
@@ -42,8 +60,8 @@ class MessageIn(_Model):
     id: Id | None = None
     role: Role
     created_at: datetime | None = None
-    content: str | None = None
-    parts: list[Part] | None = None
+    content: Text | None = None
+    parts: Annotated[list[LimitedPart], AtMost(MAX_PARTS_PER_MESSAGE, 'items', 'parts')] | None = None
 
     @model_validator(mode='after')
     def _one_body(self) -> MessageIn:
@@ -59,11 +77,14 @@ class MessageIn(_Model):
         return Message(id=self.id or new_message_id(), role=self.role, created_at=self.created_at or now, parts=parts)
 
 
+Messages = Annotated[list[MessageIn], AtMost(MAX_MESSAGES_PER_REQUEST, 'items', 'messages')]
+
+
 class StepsIn(_Model):
     """`POST /threads/{threadId}/steps`: the new input of one step."""
 
     resource_id: Id
-    messages: list[MessageIn] = Field(max_length=MAX_MESSAGES_PER_REQUEST)
+    messages: Messages
     step_number: int = Field(default=0, ge=0)
     read_only: bool = Field(
         default=False, description='Working memory is shown but `updateWorkingMemory` is not offered (this step).'
@@ -74,7 +95,7 @@ class TurnsIn(_Model):
     """`POST /threads/{threadId}/turns`: the outputs of one turn (assistant and tool messages)."""
 
     resource_id: Id
-    messages: list[MessageIn] = Field(max_length=MAX_MESSAGES_PER_REQUEST)
+    messages: Messages
 
 
 class ChatIn(_Model):
@@ -82,7 +103,7 @@ class ChatIn(_Model):
 
     resource_id: Id
     message: MessageIn | None = None
-    content: str | None = None
+    content: Text | None = None
     read_only: bool = Field(
         default=False, description='Working memory is shown but the Actor cannot change it (this request).'
     )
@@ -110,9 +131,11 @@ class AttachmentIn(_Model):
 
     resource_id: Id
     thread_id: Id
-    filename: str = Field(min_length=1, max_length=255)
+    filename: Annotated[str, Field(min_length=1), AtMost(MAX_FILENAME_CHARS, 'characters')]
     media_type: str = Field(max_length=255, pattern=r'^[A-Za-z0-9][\w.+-]*/[\w.+-]+$')
-    size: int = Field(ge=0, description='Bytes the client will upload.')
+    size: Annotated[
+        int, Field(ge=0, description='Bytes the client will upload.'), AtMost(MAX_ATTACHMENT_BYTES, 'count', 'bytes')
+    ]
 
 
 # -- answers (documentation models; routes build the JSON themselves so None fields stay out of it) --------------

@@ -19,8 +19,9 @@ from pydantic.alias_generators import to_camel
 
 from functions import _wiring
 from functions._observability import logger
-from functions.api.models import Id
+from functions.api.limits import SearchText
 from functions.api.routes import _errors, _ok, authorize, json_response
+from om_lib.ids import Id
 from om_lib.service import RecallRequest
 
 router = APIGatewayRouter()  # type: ignore[no-untyped-call]  # Powertools leaves __init__ unannotated
@@ -36,7 +37,7 @@ class RecallIn(_Model):
     resource_id: Id
     thread_id: Id
     mode: Literal['messages', 'threads', 'search'] = Field(default='messages', description='What to retrieve.')
-    query: str | None = Field(default=None, max_length=4000, description='Search text (mode "search").')
+    query: SearchText | None = Field(default=None, description='Search text (mode "search").')
     cursor: str | None = Field(
         default=None, min_length=1, max_length=4096, description='A message id (or a range, which answers a hint).'
     )

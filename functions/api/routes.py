@@ -21,7 +21,6 @@ from functions import _wiring
 from functions._observability import logger, metrics, record_parts_metrics
 from functions.api import auth
 from functions.api.models import (
-    MAX_ID_CHARS,
     ChatIn,
     ChatOut,
     ErrorOut,
@@ -34,15 +33,18 @@ from functions.api.models import (
     TurnsOut,
     message_json,
 )
+from om_lib.ids import Id
 from om_lib.llm import FunctionDeclaration
 from om_lib.messages import Message
 from om_lib.records import Thread
 
 router = APIGatewayRouter()  # type: ignore[no-untyped-call]  # Powertools leaves __init__ unannotated
 
-ThreadId = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS)]
-ResourceIdPath = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS)]
-ResourceIdQuery = Annotated[str, Query(min_length=1, max_length=MAX_ID_CHARS)]
+# Every id in a path or a query string follows the one id grammar (om_lib.ids): else 422 `invalid_id`.
+ThreadId = Annotated[Id, Path()]
+ResourceIdPath = Annotated[Id, Path()]
+ResourceIdQuery = Annotated[Id, Query()]
+OptionalResourceIdQuery = Annotated[Id | None, Query()]
 Page = Annotated[int, Query(ge=0, le=1_000_000)]
 PerPage = Annotated[int, Query(ge=1, le=1000)]
 
@@ -57,7 +59,7 @@ def _ok(model: type, status: int = 200, description: str = 'OK') -> dict[int, An
     return {status: {'description': description, 'content': {'application/json': {'model': model}}}}
 
 
-_COMMON = (400, 401, 403, 413, 422, 500, 503)
+_COMMON = (400, 401, 403, 413, 415, 422, 500, 503)
 
 
 def json_response(body: Any, status: int = 200) -> Response[Any]:

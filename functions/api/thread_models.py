@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from functions.api.models import Id, MessageOut, ThreadOut
+from functions.api.limits import (
+    MAX_DELETE_IDS,
+    MAX_INCLUDES,
+    AtMost,
+    ContextCount,
+    Metadata,
+    SearchText,
+    Title,
+)
+from functions.api.models import MessageOut, ThreadOut
+from om_lib.ids import Id
 from om_lib.service import DEFAULT_PER_PAGE, DateRange, Include
-
-MAX_TITLE_CHARS = 1000
-MAX_INCLUDES = 100
-MAX_CONTEXT_MESSAGES = 100
-MAX_DELETE_IDS = 1000
 
 
 class _Model(BaseModel):
@@ -48,16 +53,16 @@ class ThreadCreateIn(_Model):
 
     resource_id: Id
     id: Id | None = None
-    title: str | None = Field(default=None, max_length=MAX_TITLE_CHARS)
-    metadata: dict[str, Any] | None = None
+    title: Title | None = None
+    metadata: Metadata | None = None
 
 
 class ThreadPatchIn(_Model):
     """`PATCH /threads/{threadId}`: fields left out stay as they are; `metadata` replaces the whole object."""
 
     resource_id: Id
-    title: str | None = Field(default=None, max_length=MAX_TITLE_CHARS)
-    metadata: dict[str, Any] | None = None
+    title: Title | None = None
+    metadata: Metadata | None = None
 
 
 class ThreadCloneIn(_Model):
@@ -65,7 +70,7 @@ class ThreadCloneIn(_Model):
 
     resource_id: Id
     new_thread_id: Id | None = None
-    title: str | None = Field(default=None, max_length=MAX_TITLE_CHARS)
+    title: Title | None = None
     message_limit: int | None = Field(default=None, ge=0)
     date_range: DateRangeIn | None = None
 
@@ -74,8 +79,8 @@ class IncludeIn(_Model):
     """A message to include by id, with context around it (by arrival order)."""
 
     id: Id
-    with_previous_messages: int = Field(default=0, ge=0, le=MAX_CONTEXT_MESSAGES)
-    with_next_messages: int = Field(default=0, ge=0, le=MAX_CONTEXT_MESSAGES)
+    with_previous_messages: ContextCount = 0
+    with_next_messages: ContextCount = 0
 
     def as_include(self) -> Include:
         """The domain form."""
@@ -92,8 +97,8 @@ class MessagesQueryIn(_Model):
     page: int = Field(default=0, ge=0, le=1_000_000)
     per_page: int | None = Field(default=DEFAULT_PER_PAGE, ge=0, le=1000)
     date_range: DateRangeIn | None = None
-    include: list[IncludeIn] | None = Field(default=None, max_length=MAX_INCLUDES)
-    vector_search_string: str | None = Field(default=None, min_length=1)
+    include: Annotated[list[IncludeIn], AtMost(MAX_INCLUDES, 'items', 'entries')] | None = None
+    vector_search_string: Annotated[SearchText, Field(min_length=1)] | None = None
 
     @field_validator('per_page', mode='before')
     @classmethod
@@ -110,7 +115,7 @@ class MessagesDeleteIn(_Model):
     """`DELETE /threads/{threadId}/messages`: `messageIds` left out clears the thread."""
 
     resource_id: Id | None = None
-    message_ids: list[Id] | None = Field(default=None, max_length=MAX_DELETE_IDS)
+    message_ids: Annotated[list[Id], AtMost(MAX_DELETE_IDS, 'items', 'ids')] | None = None
 
 
 # -- answers ------------------------------------------------------------------------------------------------------

@@ -9,15 +9,16 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
-from aws_lambda_powertools.event_handler.openapi.params import Body, Query
+from aws_lambda_powertools.event_handler.openapi.params import Body
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
 from functions import _wiring
 from functions._observability import logger
 from functions.api.errors import ApiError
-from functions.api.models import MAX_ID_CHARS, message_json
+from functions.api.models import message_json
 from functions.api.routes import (
     _COMMON,
+    OptionalResourceIdQuery,
     ResourceIdQuery,
     ThreadId,
     _errors,
@@ -40,8 +41,6 @@ from functions.api.thread_models import (
 from om_lib.service import Include
 
 router = APIGatewayRouter()  # type: ignore[no-untyped-call]  # Powertools leaves __init__ unannotated
-
-OptionalResourceIdQuery = Annotated[str | None, Query(min_length=1, max_length=MAX_ID_CHARS)]
 
 
 @router.post(

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.event_handler import Response
-from aws_lambda_powertools.event_handler.openapi.params import Body, Query
+from aws_lambda_powertools.event_handler.openapi.params import Body
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -21,9 +21,9 @@ from pydantic.alias_generators import to_camel
 from functions import _wiring
 from functions._observability import logger
 from functions.api.errors import ApiError
-from functions.api.models import MAX_ID_CHARS, Id
 from functions.api.routes import (
     _COMMON,
+    OptionalResourceIdQuery,
     ResourceIdPath,
     ResourceIdQuery,
     ThreadId,
@@ -32,10 +32,9 @@ from functions.api.routes import (
     authorize,
     json_response,
 )
+from om_lib.ids import Id
 
 router = APIGatewayRouter()  # type: ignore[no-untyped-call]  # Powertools leaves __init__ unannotated
-
-OptionalResourceIdQuery = Annotated[str | None, Query(min_length=1, max_length=MAX_ID_CHARS)]
 
 
 class _Model(BaseModel):

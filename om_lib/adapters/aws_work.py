@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import string
 import threading
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -62,7 +63,7 @@ class AwsBackgroundWork:
         params: dict[str, Any] = {'QueueUrl': self.queue_url, 'MessageBody': body}
         if self.queue_url.endswith('.fifo'):
             # One group per record: its jobs run in order, different records in parallel.
-            params['MessageGroupId'] = job.record_key
+            params['MessageGroupId'] = message_group_id(job.record_key)
             # A fresh id per job: FIFO de-duplication would drop a later job that covers newer messages, and jobs
             # are idempotent anyway (the worker re-reads the record).
             params['MessageDeduplicationId'] = uuid.uuid4().hex
@@ -72,3 +73,17 @@ class AwsBackgroundWork:
                 params['MessageDeduplicationId'] = hashlib.sha256(job.dedup_key.encode()).hexdigest()
         with aws_errors():
             self._client('sqs').send_message(**params)
+
+
+# SQS takes 1-128 characters of ASCII letters, digits and punctuation as a message group id.
+_GROUP_ID_CHARS = frozenset(string.ascii_letters + string.digits + string.punctuation)
+
+
+def message_group_id(record_key: str) -> str:
+    """The FIFO group of a record's jobs: the record key itself when SQS accepts it, else its SHA-256.
+
+    A record key holds two ids of up to 128 characters each, which may be non-ASCII letters (`om_lib.ids`).
+    """
+    if len(record_key) <= 128 and set(record_key) <= _GROUP_ID_CHARS:
+        return record_key
+    return hashlib.sha256(record_key.encode()).hexdigest()

@@ -16,7 +16,8 @@ from om_lib.adapters.aws_errors import aws_errors, error_code
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-# Base table: one partition per thread (`THREAD#<thread_id>`) and one per resource (`RESOURCE#<resource_id>`).
+# Base table: one partition per thread (`THREAD#<resource_id>#<thread_id>`: thread ids are scoped to their resource)
+# and one per resource (`RESOURCE#<resource_id>`).
 PK = 'PK'
 SK = 'SK'
 

@@ -2,7 +2,7 @@
 
 Items (docs/storage.md has the whole design and the reasons):
 
-    PK = THREAD#<thread_id>
+    PK = THREAD#<resource_id>#<thread_id>   (thread ids are scoped to their resource)
       SK = META                 thread (owner, times, title/metadata/hints), `next_seq`, incarnation `inc`, and the
                                 thread-scope OM head (`om_*`, optimistic lock `om_version`); GSI1 keys
       SK = MSG#<message_id>     one immutable message; `seq` (LSI1 sort key), content hash, write time
@@ -35,6 +35,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import quote, unquote
 
 from botocore.exceptions import ClientError
 
@@ -63,6 +64,7 @@ logger = logging.getLogger(__name__)
 
 Item = dict[str, Any]
 
+THREAD = 'THREAD#'
 META = 'META'
 MSG = 'MSG#'
 GAP = 'GAP#'
@@ -82,13 +84,15 @@ _MAX_READ_ATTEMPTS = 3
 _LIVE_THREAD_OF_R = 'resource_id = :r AND attribute_exists(created_at) AND attribute_not_exists(erased_at)'
 _BATCH_WRITE = 25
 _BATCH_GET = 100
+# Printable ASCII but `#` and `%` stays as it is in keys (readable in the console); the rest is percent-encoded.
+_KEY_SAFE = ''.join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in '#%')
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Attribute values (low-level client: numbers travel as strings, so no Decimal anywhere)
 # ---------------------------------------------------------------------------------------------------------------------
-def _attention_pk(thread_id: str) -> str:
-    shard = zlib.crc32(thread_id.encode()) % schema.ATTENTION_SHARDS
+def _attention_pk(thread_pk: str) -> str:
+    shard = zlib.crc32(thread_pk.encode()) % schema.ATTENTION_SHARDS
     return f'ATTN#{shard}'
 
 
@@ -222,7 +226,7 @@ class DynamoMemoryStore:
         """
         unique = _dedupe(messages)
         hashes = {m.id: m.content_hash() for m in unique}
-        pk = _thread_pk(thread_id)
+        pk = _thread_pk(resource_id, thread_id)
         reusable: dict[str, Item] = {}
         if len(unique) > 1 or any(_has_inline_data(m) for m in unique):
             # Check the whole batch before writing any of it, so a conflict anywhere writes nothing.
@@ -237,7 +241,7 @@ class DynamoMemoryStore:
                     raise MessageConflictError(message_id)
                 reusable[message_id] = stored
         count = len(unique) - len(reusable)
-        old = self._allocate(pk, resource_id, thread_id, count, now, mark_pending=mark_pending and count > 0)
+        old = self._allocate(pk, resource_id, thread_id, count, now, mark_pending=mark_pending)
         inc = _int(old, 'inc', 1) if old else 1
         first_seq = _int(old, 'next_seq') + 1 if old else 1
         created_thread = not old or 'created_at' not in old or 'erased_at' in old
@@ -246,12 +250,11 @@ class DynamoMemoryStore:
             self._sweep_thread(pk, below_inc=inc)
         if created_thread:
             self._clear_resource_tombstone(resource_id)
-        thread = self._thread_from_meta(old, resource_id, thread_id, now, created=created_thread)
-
         prefix = thread_prefix(resource_id, thread_id)
         stored_messages: list[Message] = []
         created: list[str] = []
         written: list[tuple[str, int]] = []
+        unfilled: list[int] = []  # allocated seqs that will never hold a message
         seq = first_seq
         try:
             for message in unique:
@@ -260,13 +263,14 @@ class DynamoMemoryStore:
                     stored_messages.append(self._message_from_item(existing, resource_id, thread_id))
                     continue
                 item = self._message_item(pk, prefix, message, hashes[message.id], resource_id, seq, inc)
-                result = self._put_message(pk, item, message.id, hashes[message.id], inc, seq, resource_id)
+                result = self._put_message(pk, item, message.id, hashes[message.id], inc)
                 if result is None:
                     stored_messages.append(self._message_from_item(item, resource_id, thread_id))
                     created.append(message.id)
                     written.append((message.id, seq))
                 else:
                     stored_messages.append(self._message_from_item(result, resource_id, thread_id))
+                    unfilled.append(seq)  # the same message was stored already
                 seq += 1
         except Exception as exc:
             if isinstance(exc, MessageConflictError):
@@ -274,10 +278,14 @@ class DynamoMemoryStore:
                 # back what this call wrote, so a refused request leaves no message (their seqs become placeholders).
                 for message_id, written_seq in written:
                     self._retract(pk, message_id, written_seq, inc, resource_id)
-            # Every seq this call allocated but did not fill gets a placeholder, so ordered reads never wait on it.
-            for burned in range(seq, first_seq + count):
-                self._put_gap_quietly(pk, inc, burned, resource_id)
+            self._release(pk, old, count, inc, resource_id, [*unfilled, *range(seq, first_seq + count)], written)
             raise
+        if unfilled:
+            self._release(pk, old, count, inc, resource_id, unfilled, written)
+        # The thread as it is now: `updated_at` moved only if this call stored something (or created the thread).
+        thread = self._thread_from_meta(
+            old, resource_id, thread_id, now if created or created_thread else None, created=created_thread
+        )
         by_id = {m.id: m for m in stored_messages}
         ordered = tuple(by_id[m.id] for m in messages)
         record: OMRecord | None = None
@@ -308,7 +316,7 @@ class DynamoMemoryStore:
         A META that holds only a tombstone (an erased id) or an OM record of the same resource created before its
         thread may be claimed; anything else is ThreadExistsError.
         """
-        pk = _thread_pk(thread_id)
+        pk = _thread_pk(resource_id, thread_id)
         thread = Thread(
             id=thread_id,
             resource_id=resource_id,
@@ -373,7 +381,7 @@ class DynamoMemoryStore:
         unique = list(dict.fromkeys(ids))
         if not unique:
             return []
-        meta, found = self._precheck(_thread_pk(thread_id), unique)
+        meta, found = self._precheck(_thread_pk(resource_id, thread_id), unique)
         if not _is_live_thread(meta, resource_id):
             return []
         assert meta is not None
@@ -390,7 +398,7 @@ class DynamoMemoryStore:
         (BatchWriteItem), so an ordered read never waits on a hole a deletion left. Offloaded bodies are deleted from
         S3 unless another message of the thread still points at the same (content-addressed) object.
         """
-        pk = _thread_pk(thread_id)
+        pk = _thread_pk(resource_id, thread_id)
         meta = self._get(pk, META)
         if not _is_live_thread(meta, resource_id):
             raise ThreadNotFoundError(thread_id)
@@ -437,7 +445,7 @@ class DynamoMemoryStore:
 
     def get_thread(self, resource_id: str, thread_id: str) -> Thread | None:
         """See `MemoryStore.get_thread`."""
-        item = self._get(_thread_pk(thread_id), META)
+        item = self._get(_thread_pk(resource_id, thread_id), META)
         if not _is_live_thread(item, resource_id):
             return None
         assert item is not None
@@ -445,7 +453,7 @@ class DynamoMemoryStore:
 
     def update_thread(self, thread: Thread) -> Thread:
         """See `MemoryStore.update_thread`."""
-        pk = _thread_pk(thread.id)
+        pk = _thread_pk(thread.resource_id, thread.id)
         doc_value, doc_key = self._offload_doc(
             _thread_doc(thread), thread_prefix(thread.resource_id, thread.id) + 'meta/'
         )
@@ -500,7 +508,7 @@ class DynamoMemoryStore:
         """
         if limit <= 0:
             return MessagePage(messages=(), has_more=False)
-        pk = _thread_pk(thread_id)
+        pk = _thread_pk(resource_id, thread_id)
         low = after_seq + 1
         high = before_seq - 1 if before_seq is not None else None
         if high is not None and high < low:
@@ -581,7 +589,7 @@ class DynamoMemoryStore:
             kwargs['ExclusiveStartKey'] = {
                 schema.GSI1_PK: _s(_gsi_pk(resource_id)),
                 schema.GSI1_SK: _s(cursor),
-                schema.PK: _s(_thread_pk(thread_id)),
+                schema.PK: _s(_thread_pk(resource_id, thread_id)),
                 schema.SK: _s(META),
             }
         with aws_errors():
@@ -591,8 +599,9 @@ class DynamoMemoryStore:
         threads: list[Thread] = []
         for key in keys:
             item = metas.get(key[schema.PK]['S'])
-            thread_id = key[schema.PK]['S'][len('THREAD#') :]
-            if _is_live_thread(item, resource_id):
+            ids = _ids_of_thread_pk(key[schema.PK]['S'])
+            if ids is not None and ids[0] == resource_id and _is_live_thread(item, resource_id):
+                thread_id = ids[1]
                 assert item is not None
                 threads.append(self._thread_from_meta(item, resource_id, thread_id, None, created=False))
         next_cursor = None
@@ -759,13 +768,14 @@ class DynamoMemoryStore:
                 'Limit': limit,
             }
             for item in self._query_all(kwargs):
-                pk, mark, resource_id = _str(item, 'PK'), _str(item, schema.ATTN_SK), _str(item, 'resource_id')
-                if not pk or not mark or not resource_id or not pk.startswith('THREAD#'):
+                pk, mark = _str(item, 'PK'), _str(item, schema.ATTN_SK)
+                ids = _ids_of_thread_pk(pk or '')
+                if not mark or ids is None or _str(item, 'resource_id') != ids[0]:
                     continue
                 items.append(
                     AttentionItem(
-                        resource_id=resource_id,
-                        thread_id=pk[len('THREAD#') :],
+                        resource_id=ids[0],
+                        thread_id=ids[1],
                         active_at=datetime.fromisoformat(mark),
                         mark=mark,
                     )
@@ -797,7 +807,7 @@ class DynamoMemoryStore:
         try:
             self.ddb.update_item(
                 TableName=self.table_name,
-                Key=_key(_thread_pk(thread_id), META),
+                Key=_key(_thread_pk(resource_id, thread_id), META),
                 UpdateExpression='SET #ppk = :ppk, #psk = if_not_exists(#psk, :psk)',
                 ConditionExpression='resource_id = :r AND attribute_exists(created_at)',
                 ExpressionAttributeNames={'#ppk': schema.PEND_PK, '#psk': schema.PEND_SK},
@@ -818,7 +828,7 @@ class DynamoMemoryStore:
         try:
             self.ddb.update_item(
                 TableName=self.table_name,
-                Key=_key(_thread_pk(thread_id), META),
+                Key=_key(_thread_pk(resource_id, thread_id), META),
                 UpdateExpression='REMOVE #ppk, #psk',
                 # Never creates an item: a thread that is gone (or another resource's) fails the condition.
                 ConditionExpression='resource_id = :r AND (attribute_not_exists(#ppk) OR next_seq <= :upto)',
@@ -837,7 +847,7 @@ class DynamoMemoryStore:
         try:
             self.ddb.update_item(
                 TableName=self.table_name,
-                Key=_key(_thread_pk(item.thread_id), META),
+                Key=_key(_thread_pk(item.resource_id, item.thread_id), META),
                 UpdateExpression='REMOVE #apk, #ask',
                 ConditionExpression='#ask = :mark',
                 ExpressionAttributeNames={'#apk': schema.ATTN_PK, '#ask': schema.ATTN_SK},
@@ -859,7 +869,7 @@ class DynamoMemoryStore:
             if item is None or _str(item, 'resource_id') != resource_id:
                 return None
             return _working_memory_from_item(item, resource_id, None)
-        pk = _thread_pk(thread_id)
+        pk = _thread_pk(resource_id, thread_id)
         found = self._batch_get([(pk, META), (pk, WM)], by='SK')
         meta, item = found.get(META), found.get(WM)
         if not _is_live_thread(meta, resource_id) or item is None:
@@ -880,7 +890,7 @@ class DynamoMemoryStore:
             inc = 1
             condition = 'attribute_not_exists(wm_version)' if expected_version is None else 'wm_version = :ev'
         else:
-            pk = _thread_pk(memory.thread_id)
+            pk = _thread_pk(memory.resource_id, memory.thread_id)
             meta = self._get(pk, META)
             if not _is_live_thread(meta, memory.resource_id):
                 raise ThreadNotFoundError(memory.thread_id)
@@ -933,7 +943,7 @@ class DynamoMemoryStore:
         then every other item of the partition and every object under the thread's S3 prefix is deleted, and the
         partition is swept once more for a message whose write was in flight during the erase.
         """
-        pk = _thread_pk(thread_id)
+        pk = _thread_pk(resource_id, thread_id)
         now = self.clock.now()
         remove = ['resource_id', 'created_at', 'updated_at', 'next_seq', schema.GSI1_PK, schema.GSI1_SK]
         remove += [schema.ATTN_PK, schema.ATTN_SK, schema.PEND_PK, schema.PEND_SK]
@@ -1023,40 +1033,39 @@ class DynamoMemoryStore:
     def _allocate(
         self, pk: str, resource_id: str, thread_id: str, count: int, now: datetime, *, mark_pending: bool = False
     ) -> Item:
-        """Reserve `count` sequence numbers; returns the thread item as it was before (empty when new)."""
+        """Reserve `count` sequence numbers; returns the thread item as it was before (empty when new).
+
+        Only an allocation (`count > 0`) moves `updated_at` and marks the thread for the sweeper (and, with
+        `mark_pending`, as pending): an append of nothing new changes nothing but creating the thread when missing.
+        """
         now_iso = _iso(now)
-        names = {
-            '#gpk': schema.GSI1_PK,
-            '#gsk': schema.GSI1_SK,
-            '#ttl': schema.TTL_ATTRIBUTE,
-            '#apk': schema.ATTN_PK,
-            '#ask': schema.ATTN_SK,
-        }
+        names = {'#gpk': schema.GSI1_PK, '#gsk': schema.GSI1_SK, '#ttl': schema.TTL_ATTRIBUTE}
         values = {
             ':r': _s(resource_id),
             ':now': _s(now_iso),
-            ':apk': _s(_attention_pk(thread_id)),
-            ':ask': _s(now_iso),
             ':one': _n(1),
             ':n': _n(count),
             ':gpk': _s(_gsi_pk(resource_id)),
             ':gsk': _s(f'{now_iso}#{thread_id}'),
         }
-        pending = ''
-        if mark_pending:
-            # Resource scope: list the thread among the resource's pending ones, keeping when it first became so.
-            names |= {'#ppk': schema.PEND_PK, '#psk': schema.PEND_SK}
-            values |= {':ppk': _s(_pending_pk(resource_id)), ':psk': _s(f'{now_iso}#{thread_id}')}
-            pending = ', #ppk = :ppk, #psk = if_not_exists(#psk, :psk)'
+        activity = 'updated_at = if_not_exists(updated_at, :now)'
+        if count > 0:
+            names |= {'#apk': schema.ATTN_PK, '#ask': schema.ATTN_SK}
+            values |= {':apk': _s(_attention_pk(pk)), ':ask': _s(now_iso)}
+            activity = 'updated_at = :now, #apk = :apk, #ask = :ask'
+            if mark_pending:
+                # Resource scope: list the thread among the resource's pending ones, keeping when it first became so.
+                names |= {'#ppk': schema.PEND_PK, '#psk': schema.PEND_SK}
+                values |= {':ppk': _s(_pending_pk(resource_id)), ':psk': _s(f'{now_iso}#{thread_id}')}
+                activity += ', #ppk = :ppk, #psk = if_not_exists(#psk, :psk)'
         try:
             response = self.ddb.update_item(
                 TableName=self.table_name,
                 Key=_key(pk, META),
                 UpdateExpression=(
-                    'SET resource_id = :r, created_at = if_not_exists(created_at, :now), updated_at = :now, '
+                    f'SET resource_id = :r, created_at = if_not_exists(created_at, :now), {activity}, '
                     'inc = if_not_exists(inc, :one), #gpk = if_not_exists(#gpk, :gpk), '
-                    f'#gsk = if_not_exists(#gsk, :gsk), #apk = :apk, #ask = :ask{pending} '
-                    'ADD next_seq :n REMOVE erased_at, #ttl'
+                    '#gsk = if_not_exists(#gsk, :gsk) ADD next_seq :n REMOVE erased_at, #ttl'
                 ),
                 ConditionExpression='attribute_not_exists(resource_id) OR resource_id = :r',
                 ExpressionAttributeNames=names,
@@ -1121,10 +1130,12 @@ class DynamoMemoryStore:
         dumped['size'] = len(raw)
         return dumped
 
-    def _put_message(
-        self, pk: str, item: Item, message_id: str, digest: str, inc: int, seq: int, resource_id: str
-    ) -> Item | None:
-        """Write a new message; returns None when written, or the stored item when the same message was there."""
+    def _put_message(self, pk: str, item: Item, message_id: str, digest: str, inc: int) -> Item | None:
+        """Write a new message; returns None when written, or the stored item when the same message was there.
+
+        MessageConflictError when the id holds other content. Either way the caller's seq stays empty (see
+        `_release`).
+        """
         for _ in range(_MAX_READ_ATTEMPTS):
             try:
                 with_condition = 'attribute_not_exists(SK)'
@@ -1152,12 +1163,85 @@ class DynamoMemoryStore:
                         with aws_errors():
                             raise
                     continue
-            # Our seq will never hold a message: leave a placeholder so ordered reads do not wait for it.
-            self._put_gap(pk, inc, seq, resource_id)
             if _str(existing, 'hash') != digest:
                 raise MessageConflictError(message_id)
             return existing
         raise StorageError(f'message {message_id!r} could not be written (it keeps changing)')
+
+    def _release(
+        self,
+        pk: str,
+        old: Item,
+        count: int,
+        inc: int,
+        resource_id: str,
+        unfilled: Sequence[int],
+        written: Sequence[tuple[str, int]],
+    ) -> None:
+        """Give back the seqs this append allocated but did not fill.
+
+        When the call wrote no message (refused, or it only repeated stored messages), the thread item is put back as
+        it was, so the request changed nothing: not `updated_at`, not the attention or pending marks, not the
+        sequence counter. That is only safe while nobody else allocated since (no reader can have seen a later seq),
+        which the undo's condition checks. Otherwise every unfilled seq gets a placeholder, so ordered reads never
+        wait on it.
+        """
+        if not written and count and self._undo_allocation(pk, old, count, inc):
+            return
+        for seq in unfilled:
+            self._put_gap_quietly(pk, inc, seq, resource_id)
+
+    def _undo_allocation(self, pk: str, old: Item, count: int, inc: int) -> bool:
+        """Restore the thread item to `old` (its state before this call's allocation); False when it cannot be."""
+        values: dict[str, Any] = {':ours': _n(_int(old, 'next_seq') + count), ':inc': _n(inc)}
+        try:
+            if not old:
+                # This call created the item: remove it, unless something else was stored on it since.
+                self.ddb.delete_item(
+                    TableName=self.table_name,
+                    Key=_key(pk, META),
+                    ConditionExpression=(
+                        'next_seq = :ours AND inc = :inc AND attribute_not_exists(om_version) '
+                        'AND attribute_not_exists(thread_doc) AND attribute_not_exists(thread_doc_ref)'
+                    ),
+                    ExpressionAttributeValues=values,
+                )
+                return True
+            if 'created_at' not in old or 'erased_at' in old:
+                return False  # a re-created or claimed item: rare, and the placeholders are always correct
+            names: dict[str, str] = {}
+            set_parts, remove = ['updated_at = :u'], []
+            values[':u'] = old['updated_at']
+            if 'next_seq' in old:
+                set_parts.append('next_seq = :prev')
+                values[':prev'] = old['next_seq']
+            else:
+                remove.append('next_seq')
+            for attribute, alias in (
+                (schema.ATTN_PK, '#apk'),
+                (schema.ATTN_SK, '#ask'),
+                (schema.PEND_PK, '#ppk'),
+                (schema.PEND_SK, '#psk'),
+            ):
+                names[alias] = attribute
+                if attribute in old:
+                    set_parts.append(f'{alias} = :{alias[1:]}')
+                    values[f':{alias[1:]}'] = old[attribute]
+                else:
+                    remove.append(alias)
+            self.ddb.update_item(
+                TableName=self.table_name,
+                Key=_key(pk, META),
+                UpdateExpression=_update_expression(set_parts, remove),
+                ConditionExpression='next_seq = :ours AND inc = :inc',
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+            return True
+        except ClientError as exc:
+            if not _is_conditional_failure(exc):
+                logger.warning('could not undo a sequence allocation', extra={'pk': pk, 'error': error_code(exc)})
+            return False
 
     def _put_gap(self, pk: str, inc: int, seq: int, resource_id: str) -> None:
         with aws_errors():
@@ -1259,7 +1343,7 @@ class DynamoMemoryStore:
             if doc_text is None and ref:
                 data = self.blobs.get(ref)
                 if data is None:  # replaced between our reads: the item moved on, read it again
-                    fresh = self._get(_thread_pk(thread_id), META)
+                    fresh = self._get(_thread_pk(resource_id, thread_id), META)
                     return self._thread_from_meta(fresh, resource_id, thread_id, now, created=False)
                 doc_text = data.decode()
             doc = json.loads(doc_text) if doc_text else {}
@@ -1420,8 +1504,23 @@ def _key(pk: str, sk: str) -> Item:
     return {schema.PK: _s(pk), schema.SK: _s(sk)}
 
 
-def _thread_pk(thread_id: str) -> str:
-    return f'THREAD#{thread_id}'
+def _key_part(value: str) -> str:
+    # `#` separates the parts of a key and `%` escapes: quoting both keeps every (resource, thread) pair its own key,
+    # whatever the ids hold (the id grammar already refuses them; the store does not rely on it).
+    return quote(value, safe=_KEY_SAFE)
+
+
+def _thread_pk(resource_id: str, thread_id: str) -> str:
+    """A thread's partition: thread ids are scoped to their resource (two resources may each own a `t1`)."""
+    return f'{THREAD}{_key_part(resource_id)}#{_key_part(thread_id)}'
+
+
+def _ids_of_thread_pk(pk: str) -> tuple[str, str] | None:
+    """(resource id, thread id) of a thread partition key, or None for any other key."""
+    if not pk.startswith(THREAD):
+        return None
+    resource, sep, thread = pk[len(THREAD) :].partition('#')
+    return (unquote(resource), unquote(thread)) if sep and resource and thread else None
 
 
 def _resource_pk(resource_id: str) -> str:
@@ -1454,7 +1553,12 @@ def _target_of(record: OMRecord) -> _Target:
             resource_prefix(record.resource_id) + 'resource/',
         )
     thread_id = record.thread_id or ''
-    return _Target(_thread_pk(thread_id), record.resource_id, thread_id, thread_prefix(record.resource_id, thread_id))
+    return _Target(
+        _thread_pk(record.resource_id, thread_id),
+        record.resource_id,
+        thread_id,
+        thread_prefix(record.resource_id, thread_id),
+    )
 
 
 def _targets(key: str) -> list[_Target]:
@@ -1469,7 +1573,8 @@ def _targets(key: str) -> list[_Target]:
     for index, char in enumerate(rest):
         if char == '/':
             resource_id, thread_id = rest[:index], rest[index + 1 :]
-            out.append(_Target(_thread_pk(thread_id), resource_id, thread_id, thread_prefix(resource_id, thread_id)))
+            pk = _thread_pk(resource_id, thread_id)
+            out.append(_Target(pk, resource_id, thread_id, thread_prefix(resource_id, thread_id)))
     return out
 
 

@@ -37,14 +37,15 @@ class InMemoryStore:
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._threads: dict[str, _ThreadData] = {}
+        # (resource id, thread id) -> thread: thread ids are scoped to their resource.
+        self._threads: dict[tuple[str, str], _ThreadData] = {}
         # key -> generations, oldest first; the last one is the head.
         self._records: dict[str, list[OMRecord]] = {}
         self._erased_keys: set[str] = set()
-        # thread id -> (resource id, last activity): threads the sweeper should look at.
-        self._attention: dict[str, tuple[str, datetime]] = {}
-        # thread id -> (resource id, pending since): resource-scope threads with unobserved messages.
-        self._pending: dict[str, tuple[str, datetime]] = {}
+        # (resource id, thread id) -> last activity: threads the sweeper should look at.
+        self._attention: dict[tuple[str, str], datetime] = {}
+        # (resource id, thread id) -> pending since: resource-scope threads with unobserved messages.
+        self._pending: dict[tuple[str, str], datetime] = {}
         # (resource id, thread id or None for resource scope) -> working memory.
         self._working: dict[tuple[str, str | None], WorkingMemoryRecord] = {}
 
@@ -61,9 +62,7 @@ class InMemoryStore:
     ) -> AppendResult:
         """See `MemoryStore.append_messages`."""
         with self._lock:
-            data = self._threads.get(thread_id)
-            if data is not None and data.thread.resource_id != resource_id:
-                raise ThreadNotFoundError(thread_id)
+            data = self._threads.get((resource_id, thread_id))
             # Validate everything before writing anything: a refused request writes nothing.
             seen: dict[str, str] = {}
             for message in messages:
@@ -76,7 +75,7 @@ class InMemoryStore:
                 seen[message.id] = digest
             if data is None:
                 data = _ThreadData(Thread(id=thread_id, resource_id=resource_id, created_at=now, updated_at=now))
-                self._threads[thread_id] = data
+                self._threads[(resource_id, thread_id)] = data
                 # A new incarnation of an erased thread may start over; late work of the old one still fails
                 # its version check because the old head is gone.
                 self._erased_keys.discard(f'thread:{resource_id}/{thread_id}')
@@ -99,9 +98,9 @@ class InMemoryStore:
                 created.append(message.id)
             if created:
                 data.thread = data.thread.model_copy(update={'updated_at': now})
-                self._attention[thread_id] = (resource_id, now)
+                self._attention[(resource_id, thread_id)] = now
                 if mark_pending:
-                    self._pending.setdefault(thread_id, (resource_id, now))
+                    self._pending.setdefault((resource_id, thread_id), now)
             record = self.get_record(f'thread:{resource_id}/{thread_id}') if include_record else None
             return AppendResult(
                 thread=data.thread,
@@ -122,7 +121,7 @@ class InMemoryStore:
     ) -> Thread:
         """See `MemoryStore.create_thread`."""
         with self._lock:
-            if thread_id in self._threads:
+            if (resource_id, thread_id) in self._threads:
                 raise ThreadExistsError(thread_id)
             thread = Thread(
                 id=thread_id,
@@ -132,7 +131,7 @@ class InMemoryStore:
                 created_at=now,
                 updated_at=now,
             )
-            self._threads[thread_id] = _ThreadData(thread)
+            self._threads[(resource_id, thread_id)] = _ThreadData(thread)
             self._erased_keys.discard(f'thread:{resource_id}/{thread_id}')
             self._erased_keys.discard(f'resource:{resource_id}')
             return thread
@@ -140,8 +139,8 @@ class InMemoryStore:
     def get_messages(self, resource_id: str, thread_id: str, ids: Sequence[str]) -> list[Message]:
         """See `MemoryStore.get_messages`."""
         with self._lock:
-            data = self._threads.get(thread_id)
-            if data is None or data.thread.resource_id != resource_id:
+            data = self._threads.get((resource_id, thread_id))
+            if data is None:
                 return []
             found = [data.by_id[i] for i in dict.fromkeys(ids) if i in data.by_id]
             return sorted(found, key=lambda m: m.seq or 0)
@@ -149,8 +148,8 @@ class InMemoryStore:
     def delete_messages(self, resource_id: str, thread_id: str, message_ids: Sequence[str] | None) -> int:
         """See `MemoryStore.delete_messages`."""
         with self._lock:
-            data = self._threads.get(thread_id)
-            if data is None or data.thread.resource_id != resource_id:
+            data = self._threads.get((resource_id, thread_id))
+            if data is None:
                 raise ThreadNotFoundError(thread_id)
             doomed = set(data.by_id) if message_ids is None else {i for i in message_ids if i in data.by_id}
             for message_id in doomed:
@@ -162,16 +161,16 @@ class InMemoryStore:
     def get_thread(self, resource_id: str, thread_id: str) -> Thread | None:
         """See `MemoryStore.get_thread`."""
         with self._lock:
-            data = self._threads.get(thread_id)
-            if data is None or data.thread.resource_id != resource_id:
+            data = self._threads.get((resource_id, thread_id))
+            if data is None:
                 return None
             return data.thread
 
     def update_thread(self, thread: Thread) -> Thread:
         """See `MemoryStore.update_thread`."""
         with self._lock:
-            data = self._threads.get(thread.id)
-            if data is None or data.thread.resource_id != thread.resource_id:
+            data = self._threads.get((thread.resource_id, thread.id))
+            if data is None:
                 raise ThreadNotFoundError(thread.id)
             # Identity fields never change through an update.
             data.thread = thread.model_copy(update={'created_at': data.thread.created_at})
@@ -189,8 +188,8 @@ class InMemoryStore:
     ) -> MessagePage:
         """See `MemoryStore.list_messages`."""
         with self._lock:
-            data = self._threads.get(thread_id)
-            if data is None or data.thread.resource_id != resource_id:
+            data = self._threads.get((resource_id, thread_id))
+            if data is None:
                 return MessagePage(messages=(), has_more=False)
             selected = [
                 m
@@ -207,7 +206,7 @@ class InMemoryStore:
         """See `MemoryStore.list_threads`. Cursors are `<created_at ISO>#<thread_id>`, as in the DynamoDB store."""
         with self._lock:
             owned = sorted(
-                (d.thread for d in self._threads.values() if d.thread.resource_id == resource_id),
+                (d.thread for (owner, _), d in self._threads.items() if owner == resource_id),
                 key=_thread_order,
                 reverse=newest_first,
             )
@@ -269,12 +268,10 @@ class InMemoryStore:
     def delete_thread(self, resource_id: str, thread_id: str) -> None:
         """Remove a thread, its messages and its thread-scope records; later writes to them are refused."""
         with self._lock:
-            data = self._threads.get(thread_id)
-            if data is None or data.thread.resource_id != resource_id:
+            if self._threads.pop((resource_id, thread_id), None) is None:
                 raise ThreadNotFoundError(thread_id)
-            del self._threads[thread_id]
-            self._attention.pop(thread_id, None)
-            self._pending.pop(thread_id, None)
+            self._attention.pop((resource_id, thread_id), None)
+            self._pending.pop((resource_id, thread_id), None)
             key = f'thread:{resource_id}/{thread_id}'
             self._records.pop(key, None)
             self._erased_keys.add(key)
@@ -283,7 +280,7 @@ class InMemoryStore:
     def delete_resource(self, resource_id: str) -> None:
         """Remove everything stored for a resource; later writes to it are refused."""
         with self._lock:
-            for thread_id in [t for t, d in self._threads.items() if d.thread.resource_id == resource_id]:
+            for thread_id in [t for owner, t in self._threads if owner == resource_id]:
                 self.delete_thread(resource_id, thread_id)
             key = f'resource:{resource_id}'
             self._records.pop(key, None)
@@ -323,7 +320,7 @@ class InMemoryStore:
         with self._lock:
             items = [
                 PendingThread(thread_id=tid, pending_since=since)
-                for tid, (rid, since) in self._pending.items()
+                for (rid, tid), since in self._pending.items()
                 if rid == resource_id
             ]
         return sorted(items, key=lambda p: (p.pending_since, p.thread_id))[:limit]
@@ -331,19 +328,18 @@ class InMemoryStore:
     def mark_pending(self, resource_id: str, thread_id: str, *, now: datetime) -> None:
         """See `MemoryStore.mark_pending`."""
         with self._lock:
-            data = self._threads.get(thread_id)
-            if data is not None and data.thread.resource_id == resource_id:
-                self._pending.setdefault(thread_id, (resource_id, now))
+            if (resource_id, thread_id) in self._threads:
+                self._pending.setdefault((resource_id, thread_id), now)
 
     def clear_pending(self, resource_id: str, thread_id: str, *, observed_through: int) -> bool:
         """See `MemoryStore.clear_pending`."""
         with self._lock:
-            data = self._threads.get(thread_id)
-            if data is None or data.thread.resource_id != resource_id:
+            data = self._threads.get((resource_id, thread_id))
+            if data is None:
                 return False
             if data.next_seq - 1 > observed_through:
                 return False
-            self._pending.pop(thread_id, None)
+            self._pending.pop((resource_id, thread_id), None)
             return True
 
     # -- the sweeper's attention list -------------------------------------------------------------------------------
@@ -352,7 +348,7 @@ class InMemoryStore:
         with self._lock:
             items = [
                 AttentionItem(resource_id=rid, thread_id=tid, active_at=at, mark=at.isoformat())
-                for tid, (rid, at) in self._attention.items()
+                for (rid, tid), at in self._attention.items()
                 if at < quiet_since
             ]
         return sorted(items, key=lambda i: i.active_at)[:limit]
@@ -360,9 +356,9 @@ class InMemoryStore:
     def clear_attention(self, item: AttentionItem) -> None:
         """See `MemoryStore.clear_attention`."""
         with self._lock:
-            current = self._attention.get(item.thread_id)
-            if current is not None and current[1].isoformat() == item.mark:
-                del self._attention[item.thread_id]
+            current = self._attention.get((item.resource_id, item.thread_id))
+            if current is not None and current.isoformat() == item.mark:
+                del self._attention[(item.resource_id, item.thread_id)]
 
 
 def _thread_order(thread: Thread) -> str:

@@ -138,11 +138,18 @@ class Api:
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url
 
-    def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None) -> tuple[int, Any]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        request = urllib.request.Request(
-            self.base_url + path, data=data, method=method, headers={'Content-Type': 'application/json'}
-        )
+        sent = {'Content-Type': 'application/json'} if headers is None else headers
+        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=sent)
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
                 payload = response.read()

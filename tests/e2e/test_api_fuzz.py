@@ -1,12 +1,21 @@
 """Property-based fuzzing of the live HTTP API from its own OpenAPI document (schemathesis over loopback).
 
-The schema is the one the running local stack serves at `GET /openapi.json`; every operation in it gets schema-valid
-(positive) and schema-invalid (negative) requests, sent over real HTTP to the module's local stack. Every answer must:
+The schema is the one the running local stack serves at `GET /openapi.json`; every operation in it gets requests from
+two of schemathesis' phases, sent over real HTTP to the module's local stack:
+
+- the coverage phase's negative cases: every parameter and body field of the wrong type, missing, one past each
+  boundary (`maxLength`, `maxItems`, `maximum`: the documented limits, and the id grammar's length and pattern),
+  unknown properties, and unicode and control characters where the schema expects ids;
+- the fuzzing phase, schema-valid (positive) and schema-invalid (negative) requests drawn by Hypothesis.
+
+Every answer must:
 
 - never be a 5xx (CONTRACT §2: a refused request is a 4xx; model trouble after a write is reported inside a 200);
 - if it is not a 2xx, be JSON of exactly `{"error": {"code", "message", "details"}}` with a snake_case code;
 - conform to the schema where schemathesis can check it: documented status code, content type, headers, a 2xx body
-  that matches its response schema, and negative (schema-invalid) requests rejected with a 4xx.
+  that matches its response schema, and negative (schema-invalid) requests rejected with a 4xx;
+- if it is a 4xx, have written nothing: the table's item count and the bucket's object count are the same after the
+  request as before it (the stack runs no background work, so only requests change them).
 
 Tolerated, documented differences between the generated schema and the service (none of them hides a 5xx or a wrong
 error shape; see the module's report):
@@ -18,7 +27,8 @@ error shape; see the module's report):
   emoji or a no-break space) is accepted even where the operation documents no 404.
 - A 204 has no body, hence no Content-Type, although Powertools documents `application/json` content for it.
 
-Bounded: `MAX_EXAMPLES` per operation and mode, derandomized (the same cases every run), no example database.
+Bounded: `MAX_EXAMPLES` per operation and mode in the fuzzing phase, at most `MAX_COVERAGE_CASES` per operation in
+the coverage phase; derandomized (the same cases every run), no example database.
 """
 
 from __future__ import annotations
@@ -38,9 +48,22 @@ import requests  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from schemathesis import GenerationMode, checks  # noqa: E402
 
+from om_cli.local_stack import LocalStack  # noqa: E402
+from tests.e2e.conftest import running_stack  # noqa: E402
+
 pytestmark = pytest.mark.e2e
 
-MAX_EXAMPLES = 25
+# Thresholds out of reach: no observation, reflection or other background work, so only requests write. Working
+# memory and retrieval are on, so their routes get past "disabled" to their validation and their writes.
+FUZZ_CONFIG: dict[str, Any] = {
+    'model': 'default',
+    'observation': {'messageTokens': 1_000_000, 'bufferTokens': False},
+    'reflection': {'observationTokens': 1_000_000},
+    'workingMemory': {'enabled': True},
+    'retrieval': True,
+}
+MAX_EXAMPLES = 15
+MAX_COVERAGE_CASES = 60
 SNAKE_CASE = re.compile(r'[a-z][a-z0-9]*(?:_[a-z0-9]+)*')
 ERROR_KEYS = {'code', 'message', 'details'}
 
@@ -121,6 +144,50 @@ def _checks() -> list[CheckFunction]:
 # Fixtures
 # ---------------------------------------------------------------------------------------------------------------------
 @pytest.fixture(scope='module')
+def stack(gemini) -> Iterator[LocalStack]:
+    server, _ = gemini
+    with running_stack(server, FUZZ_CONFIG) as running:
+        yield running
+
+
+class StoredCounts:
+    """The table's item count and the bucket's object count, compared around every refused request."""
+
+    def __init__(self, stack: LocalStack) -> None:
+        self._ddb = stack.client('dynamodb')
+        self._s3 = stack.client('s3')
+        self._names = stack.names
+        self.last = self.count()
+
+    def count(self) -> tuple[int, int]:
+        items = sum(
+            page['Count']
+            for page in self._ddb.get_paginator('scan').paginate(TableName=self._names.table, Select='COUNT')
+        )
+        objects = sum(
+            page.get('KeyCount', 0)
+            for page in self._s3.get_paginator('list_objects_v2').paginate(Bucket=self._names.bucket)
+        )
+        return items, objects
+
+    def after(self, case: Any, response: Any) -> str | None:
+        """What a refused request wrote (a message), or None; the counts then become the new baseline."""
+        now, before = self.count(), self.last
+        self.last = now
+        if 400 <= response.status_code < 500 and now != before:
+            return (
+                f'{case.method} {case.formatted_path} answered {response.status_code} but wrote: (items, objects) '
+                f'{before} -> {now}; body {str(case.body)[:300]}'
+            )
+        return None
+
+
+@pytest.fixture(scope='module')
+def stored(stack) -> StoredCounts:
+    return StoredCounts(stack)
+
+
+@pytest.fixture(scope='module')
 def http() -> Iterator[requests.Session]:
     with requests.Session() as session:
         session.trust_env = False  # loopback only: no proxy from the environment
@@ -144,7 +211,14 @@ def _takes_input(operation: Any) -> bool:
     return bool(definition.get('parameters') or definition.get('requestBody'))
 
 
-def _fuzz(operation: Any, mode: GenerationMode, base_url: str, http: requests.Session) -> None:
+def _call_and_check(case: Any, base_url: str, http: requests.Session, stored: StoredCounts) -> None:
+    response = case.call(base_url=base_url, session=http, timeout=30)
+    wrote = stored.after(case, response)
+    case.validate_response(response, checks=_checks())
+    assert wrote is None, wrote
+
+
+def _fuzz(operation: Any, mode: GenerationMode, base_url: str, http: requests.Session, stored: StoredCounts) -> None:
     fuzz_settings = settings(
         max_examples=MAX_EXAMPLES,
         derandomize=True,
@@ -158,10 +232,24 @@ def _fuzz(operation: Any, mode: GenerationMode, base_url: str, http: requests.Se
     @fuzz_settings
     @given(case=operation.as_strategy(generation_mode=mode))
     def run(case: Any) -> None:
-        response = case.call(base_url=base_url, session=http, timeout=30)
-        case.validate_response(response, checks=_checks())
+        _call_and_check(case, base_url, http, stored)
 
     run()
+
+
+def _coverage_cases(schema: Any, operation: Any) -> list[Any]:
+    """The coverage phase's negative cases of one operation (deterministic), at most MAX_COVERAGE_CASES of them.
+
+    Cut evenly across the list rather than at its head, so every field's boundaries get their turn.
+    """
+    generation = schema.config.generation_for(operation=operation, phase='coverage')
+    cases = list(
+        schema.iter_coverage_cases(operation, generation_modes=[GenerationMode.NEGATIVE], generation_config=generation)
+    )
+    if len(cases) <= MAX_COVERAGE_CASES:
+        return cases
+    step = len(cases) / MAX_COVERAGE_CASES
+    return [cases[int(i * step)] for i in range(MAX_COVERAGE_CASES)]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -172,16 +260,29 @@ def test_the_document_lists_the_core_routes(api_schema):
     assert {'/threads/{threadId}/steps', '/threads/{threadId}/messages', '/health'} <= paths
 
 
+def test_every_operation_refuses_the_coverage_phases_negative_cases(api_schema, stack, http, stored, subtests):
+    covered = 0
+    for operation in _operations(api_schema):
+        cases = _coverage_cases(api_schema, operation)
+        with subtests.test(msg=operation.label):
+            for case in cases:
+                _call_and_check(case, stack.url, http, stored)
+        covered += len(cases)
+    assert covered > 400  # every operation's fields, each several ways
+
+
 @pytest.mark.parametrize('mode', [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=lambda m: m.value)
-def test_every_operation_answers_within_the_contract(api_schema, stack, http, subtests, mode):
+def test_every_operation_answers_within_the_contract(api_schema, stack, http, stored, subtests, mode):
     fuzzed = 0
     for operation in _operations(api_schema):
         if mode is GenerationMode.NEGATIVE and not _takes_input(operation):
             continue  # nothing to make invalid
         with subtests.test(msg=operation.label):
-            _fuzz(operation, mode, stack.url, http)
+            _fuzz(operation, mode, stack.url, http, stored)
         fuzzed += 1
     assert fuzzed
+    if mode is GenerationMode.POSITIVE:
+        assert stored.last[0] > 0, 'accepted requests wrote nothing: the write check would see nothing either'
 
 
 # Minimal reproductions of what the fuzzer found (kept as plain tests: they name the bug when they fail).

@@ -54,10 +54,11 @@ def test_threads_are_created_listed_in_order_updated_and_kept_apart(api):
     assert status == 200 and [t['id'] for t in body['threads']] == ['list-1'], body
     status, body = api.request('PATCH', '/threads/list-1', {'resourceId': RESOURCE, 'title': 'Renamed'})
     assert status == 200 and body['thread']['title'] == 'Renamed', body
-    # Another resource cannot read, rename or take the id
+    # Another resource can neither read nor rename it; the id is its own to create (ids are scoped per resource)
     assert api.get('/threads/list-1?resourceId=someone-else')[0] == 404
     assert api.request('PATCH', '/threads/list-1', {'resourceId': 'someone-else', 'title': 'x'})[0] == 404
-    assert api.post('/threads', {'resourceId': 'someone-else', 'id': 'list-1'})[0] == 409
+    assert api.post('/threads', {'resourceId': 'someone-else', 'id': 'list-1'})[0] == 201
+    assert api.get(f'/threads/list-1?resourceId={RESOURCE}')[1]['thread']['title'] == 'Renamed'
 
 
 def test_history_pages_and_includes_context_around_chosen_messages(api):

@@ -132,9 +132,11 @@ def test_a_thread_belongs_to_its_resource(api):
     status, body = api.get('/threads/own-1/memory?resourceId=mallory')
     assert status == 404
     assert_error_shape(body, 'thread_not_found')
+    # Mallory's `own-1` is Mallory's own thread: she sees only what she wrote there, never Alice's
     status, body = api.post('/threads/own-1/steps', {'resourceId': 'mallory', 'messages': [user('let me in')]})
-    assert status == 404
-    assert_error_shape(body, 'thread_not_found')
+    assert status == 200 and [m['parts'][0]['text'] for m in body['messages']] == ['let me in'], body
+    status, body = api.get('/threads/own-1/messages?resourceId=alice')
+    assert [m['parts'][0]['text'] for m in body['messages']] == ['hi, I am Alice']
 
 
 def test_a_failing_model_answers_200_keeps_the_message_and_observes_later(api, mode):
@@ -245,4 +247,4 @@ def test_a_body_over_10_mb_is_refused_with_413(stack):
     finally:
         connection.close()
     assert response.status == 413
-    assert_error_shape(body, 'payload_too_large')
+    assert_error_shape(body, 'too_large')

@@ -334,7 +334,7 @@ def test_attachments_refuse_large_files_and_foreign_threads(api: Api) -> None:
     request = load_json_body('attachments_create')
 
     too_big, body, _ = api.call('attachments_create', body={**request, 'size': 10**9})
-    assert too_big == 413 and assert_error(body, 'payload_too_large')
+    assert too_big == 413 and assert_error(body, 'too_large')
 
     foreign, body, _ = api.call('attachments_create', body={**request, 'resourceId': 'someone-else'})
     assert foreign == 404 and assert_error(body, 'thread_not_found')
@@ -431,12 +431,14 @@ def test_another_resources_thread_reads_as_missing(api: Api) -> None:
     assert missing == 404
     assert missing_body['error']['code'] == body['error']['code']
 
-    status, body = api.step('let me in', resource='someone-else')
-    assert status == 404 and assert_error(body, 'thread_not_found')
     deleted, body, _ = api.call('thread_delete', query={'resourceId': 'someone-else'})
     assert deleted == 404 and assert_error(body, 'thread_not_found')
+    # Thread ids are scoped to their resource: a step of another resource is a step in its own thread of that id.
+    status, body = api.step('let me in', resource='someone-else')
+    assert status == 200 and [m['parts'][0]['text'] for m in body['messages']] == ['let me in']
     # The owner's thread is untouched.
     assert [m['role'] for m in api.messages()[1]['messages']] == ['user']
+    assert len(api.messages(resource='someone-else')[1]['messages']) == 1
 
 
 def test_same_id_different_content_is_409(api: Api) -> None:
@@ -455,7 +457,7 @@ def test_too_many_messages_is_413(api: Api) -> None:
     status, body, _ = api.call('steps_basic', body={'resourceId': RESOURCE, 'messages': messages})
 
     assert status == 413
-    assert_error(body, 'payload_too_large')
+    assert_error(body, 'too_large')
     assert api.messages()[0] == 404
 
 
@@ -465,7 +467,7 @@ def test_body_over_the_limit_is_413(api: Api) -> None:
     status, body, _ = api.call('steps_basic', raw_body=huge)
 
     assert status == 413
-    assert_error(body, 'payload_too_large')
+    assert_error(body, 'too_large')
 
 
 def test_unknown_route_is_404_and_wrong_method_is_405(api: Api) -> None:

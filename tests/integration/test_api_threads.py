@@ -65,14 +65,17 @@ def test_create_without_id_assigns_one(api: Api) -> None:
     assert len(body['thread']['id']) == 36 and body['thread']['title'] is None and body['thread']['metadata'] == {}
 
 
-def test_create_with_a_taken_id_is_409_for_any_resource(api: Api) -> None:
+def test_create_with_an_id_the_resource_has_is_409_and_another_resources_id_is_free(api: Api) -> None:
     seed(api, 1)
-    for resource in (RESOURCE, OTHER):
-        status, body, _ = api.call('thread_create', body={'resourceId': resource, 'id': THREAD, 'title': 'x'})
-        assert status == 409, body
-        assert_error(body, 'thread_exists')
-    assert get_thread(api, THREAD)[1]['thread']['title'] is None
+    status, body, _ = api.call('thread_create', body={'resourceId': RESOURCE, 'id': THREAD, 'title': 'x'})
+    assert status == 409, body
+    assert_error(body, 'thread_exists')
     assert_error(get_thread(api, THREAD, OTHER)[1], 'thread_not_found')
+    # Thread ids are scoped to their resource: OTHER gets its own THREAD, and RESOURCE's stays as it was.
+    status, body, _ = api.call('thread_create', body={'resourceId': OTHER, 'id': THREAD, 'title': 'x'})
+    assert status == 201 and body['thread']['resourceId'] == OTHER, body
+    assert get_thread(api, THREAD)[1]['thread']['title'] is None
+    assert get_thread(api, THREAD, OTHER)[1]['thread']['title'] == 'x'
 
 
 def test_get_of_another_resource_or_unknown_thread_is_404(api: Api) -> None:

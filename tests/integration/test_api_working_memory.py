@@ -137,7 +137,7 @@ def test_markdown_refuses_an_object_and_bad_bodies(configure) -> None:
     assert status == 422 and 'resourceId is required' in assert_error(answer, 'validation_error')['message']
     status, answer = wm_put(api, 'x' * 70_000)
     assert status == 413
-    assert_error(answer, 'working_memory_too_large')
+    assert_error(answer, 'too_large')
     assert wm_get(api)[1]['workingMemory'] == 'kept'
 
 

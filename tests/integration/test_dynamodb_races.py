@@ -114,6 +114,23 @@ def test_concurrent_first_appends_create_one_thread(store):
     assert len(store.list_messages('r1', 'fresh').messages) == 8
 
 
+def test_concurrent_first_appends_of_many_resources_to_one_thread_id_create_one_thread_each(store):
+    """Thread ids are scoped to their resource: no resource can take (or block) another's `shared` id."""
+    resources = [f'r{i}' for i in range(8)]
+
+    def first_steps(resource: str) -> list:
+        return [store.append_messages(resource, 'shared', [msg(f'{resource}-{n}')], now=T0) for n in range(3)]
+
+    run_all(8, first_steps, resources)
+    created = run_all(8, lambda r: store.create_thread(r, 'made', now=T0).resource_id, resources)
+    assert created == resources
+    for resource in resources:
+        page = store.list_messages(resource, 'shared')
+        assert [m.id for m in page.messages] == [f'{resource}-{n}' for n in range(3)]
+        assert [m.seq for m in page.messages] == [1, 2, 3]
+        assert sorted(t.id for t in store.list_threads(resource).threads) == ['made', 'shared']
+
+
 def test_concurrent_optimistic_updates_lose_no_update(store):
     """8 workers × 12 read-modify-write cycles on one head, while messages are appended to the same thread item."""
     store.append_messages('r1', 't1', [msg('first')], now=T0)

@@ -15,13 +15,18 @@ import pytest
 from moto import mock_aws
 
 from om_lib.adapters.dynamodb_schema import create_table, ensure_table
-from om_lib.adapters.dynamodb_store import DynamoMemoryStore
+from om_lib.adapters.dynamodb_store import DynamoMemoryStore, _thread_pk
 from om_lib.adapters.s3_blobs import S3BlobReader
 from om_lib.clock import ManualClock
 from om_lib.errors import ErasedError, InvalidInputError, MessageConflictError, VersionConflictError
 from om_lib.messages import Message
 from om_lib.records import BufferedChunk, Lease, OMRecord
-from tests.store_conformance import AttentionConformance, StoreConformance, WorkingMemoryConformance
+from tests.store_conformance import (
+    AttentionConformance,
+    ScopedThreadIdsConformance,
+    StoreConformance,
+    WorkingMemoryConformance,
+)
 
 TABLE = 'om-memory'
 BUCKET = 'om-memory-blobs'
@@ -62,7 +67,9 @@ def store(aws, clock):
     return DynamoMemoryStore(TABLE, BUCKET, dynamodb_client=ddb, s3_client=s3, clock=clock)
 
 
-class TestDynamoStoreConformance(StoreConformance, AttentionConformance, WorkingMemoryConformance):
+class TestDynamoStoreConformance(
+    StoreConformance, ScopedThreadIdsConformance, AttentionConformance, WorkingMemoryConformance
+):
     """The shared suite, unchanged, against DynamoDB + S3 (moto)."""
 
 
@@ -245,7 +252,7 @@ def test_a_retried_message_leaves_no_hole(store, clock):
 def test_a_seq_allocated_but_not_written_holds_readers_back_until_the_grace_period(store, clock):
     store.append_messages('r1', 't1', [message('a')], now=T0)
     # A writer reserves seq 2, then crashes (or is still uploading) before writing its message.
-    store._allocate('THREAD#t1', 'r1', 't1', 1, T0)
+    store._allocate(_thread_pk('r1', 't1'), 'r1', 't1', 1, T0)
     store.append_messages('r1', 't1', [message('c')], now=T0)
     page = store.list_messages('r1', 't1', after_seq=1)
     assert page.messages == () and not page.has_more  # a cursor must not move past seq 2
@@ -386,7 +393,7 @@ def test_delete_resource_leaves_only_tombstones_even_after_late_work(store, aws)
         store.put_record(res, expected_version=2)
     assert [k for k in bucket_keys(s3) if not k.startswith('r2/')] == []
     items = scan(ddb)
-    kept = [i for i in items if i['PK']['S'] == 'THREAD#keep' or i['PK']['S'] == 'RESOURCE#r2']
+    kept = [i for i in items if i['PK']['S'] == 'THREAD#r2#keep' or i['PK']['S'] == 'RESOURCE#r2']
     assert kept
     for item in items:
         if item not in kept:
@@ -415,9 +422,9 @@ def test_a_message_write_in_flight_during_an_erase_is_not_resurrected(store, aws
     """A writer that reserved its seq before the erase and writes after it: the next incarnation never shows it."""
     ddb, _ = aws
     store.append_messages('r1', 't1', [message('a')], now=T0)
-    old = store._allocate('THREAD#t1', 'r1', 't1', 1, T0)
+    old = store._allocate(_thread_pk('r1', 't1'), 'r1', 't1', 1, T0)
     stale_item = store._message_item(
-        'THREAD#t1', 'r1/threads/t1/', message('ghost'), 'h', 'r1', int(old['next_seq']['N']) + 1, 1
+        _thread_pk('r1', 't1'), 'r1/threads/t1/', message('ghost'), 'h', 'r1', int(old['next_seq']['N']) + 1, 1
     )
     store.delete_thread('r1', 't1')
     ddb.put_item(TableName=TABLE, Item=stale_item)  # the in-flight write lands after the erase

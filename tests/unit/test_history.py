@@ -154,12 +154,17 @@ def test_clone_filters_by_date_then_limit_and_generates_an_id(store):
     assert len(all_of_them) == 10
 
 
-def test_clone_refuses_taken_ids_and_foreign_sources(store):
+def test_clone_refuses_taken_ids_of_its_resource_and_foreign_sources(store):
+    store.append_messages('r1', 'mine', [msg(1)], now=T0)
     store.append_messages('r2', 'other', [msg(1)], now=T0)
     with pytest.raises(ThreadExistsError):
-        clone_thread(store, 'r1', 't1', new_thread_id='other', now=NOW)
+        clone_thread(store, 'r1', 't1', new_thread_id='mine', now=NOW)
     with pytest.raises(ThreadNotFoundError):
         clone_thread(store, 'r2', 't1', now=NOW)
+    # Another resource's thread id is no obstacle (ids are scoped to their resource), and its thread is untouched.
+    thread, cloned = clone_thread(store, 'r1', 't1', new_thread_id='other', now=NOW)
+    assert thread.resource_id == 'r1' and len(cloned) == 10
+    assert [m.seq for m in store.list_messages('r2', 'other').messages] == [1]
 
 
 def test_clone_carries_observations_when_every_observed_group_is_copied(store):

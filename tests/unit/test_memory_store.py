@@ -3,10 +3,15 @@ from __future__ import annotations
 import pytest
 
 from om_lib.adapters.memory_store import InMemoryStore
-from tests.store_conformance import AttentionConformance, StoreConformance, WorkingMemoryConformance
+from tests.store_conformance import (
+    AttentionConformance,
+    ScopedThreadIdsConformance,
+    StoreConformance,
+    WorkingMemoryConformance,
+)
 
 
-class TestInMemoryStore(StoreConformance, AttentionConformance, WorkingMemoryConformance):
+class TestInMemoryStore(StoreConformance, ScopedThreadIdsConformance, AttentionConformance, WorkingMemoryConformance):
     @pytest.fixture
     def store(self):
         return InMemoryStore()
