@@ -73,8 +73,9 @@ class RetryPolicy:
         """Seconds to wait before retry number `retry` (0 for the first retry)."""
         if retry_after is not None:
             return min(retry_after, self.max_retry_after_s)
-        ceiling = min(self.backoff_max_s, self.backoff_base_s * (2**retry))
-        return ceiling / 2 + (rng or random).uniform(0, ceiling / 2)
+        ceiling = min(self.backoff_max_s, self.backoff_base_s * (2.0**retry))
+        uniform = rng.uniform if rng is not None else random.uniform
+        return ceiling / 2 + uniform(0, ceiling / 2)
 
     def retries_status(self, status: int, idempotent: bool) -> bool:
         """Whether an answer with `status` is worth sending again."""

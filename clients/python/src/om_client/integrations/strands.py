@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from strands.hooks import (
     AfterInvocationEvent,
@@ -271,19 +271,20 @@ class ObservationalMemoryHooks(HookProvider):
         history, system_texts = to_strands(m for m in step.messages if m.id not in new_ids)
         memory = '\n\n'.join(t for t in [step.system, *system_texts] if t.strip())
         base = [dict(block) for block in self._base_prompt or []]
-        agent.system_prompt = [*base, {'text': memory}] if memory else (base or None)
-        incoming = [dict(m) for m in event.messages or []]
+        prompt: Any = [*base, {'text': memory}] if memory else (base or None)
+        agent.system_prompt = prompt
+        incoming: list[Any] = [dict(m) for m in event.messages or []]
         if history and incoming and history[-1]['role'] == incoming[0].get('role'):
             # Keep roles alternating: the history's last turn (e.g. the continuation reminder) joins the input.
             last = history.pop()
             incoming[0] = {**incoming[0], 'content': [*last['content'], *incoming[0].get('content', [])]}
             event.messages = incoming
-        agent.messages[:] = history
+        agent.messages[:] = cast(Any, history)
         self._added, self._input_count = [], len(incoming)
 
     def _record(self, event: MessageAddedEvent) -> None:
         if self._added is not None:
-            self._added.append(event.message)
+            self._added.append(cast(StrandsMessage, event.message))
 
     async def _save(self, event: AfterInvocationEvent) -> None:
         added, self._added = self._added or [], None
