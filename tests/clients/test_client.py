@@ -393,3 +393,51 @@ def test_the_client_never_imports_the_server() -> None:
     result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)
 
     assert result.returncode == 0, result.stderr
+
+
+# -- the memory tools the integrations offer ------------------------------------------------------------------------
+def test_update_working_memory_tool_resends_an_object_sent_as_text() -> None:
+    from om_client.integrations._shared import run_update_working_memory
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent = json.loads(request.content)['workingMemory']
+        if isinstance(sent, str):
+            return error(422, 'invalid_working_memory', 'working memory is JSON here: send an object')
+        return httpx.Response(200, json={'workingMemory': sent, 'scope': 'thread', 'format': 'json'})
+
+    transport = Scripted(answer)
+    om, _ = client(transport)
+
+    ok = asyncio.run(run_update_working_memory(om, 't1', 'me', '{"memory": "{\\"city\\": \\"Lisbon\\"}"}'))
+    missing = asyncio.run(run_update_working_memory(om, 't1', 'me', {}))
+    refused = asyncio.run(run_update_working_memory(om, 't1', 'me', {'memory': 'plain markdown'}))
+
+    assert ok == ('{"success": true}', False)
+    assert [b['workingMemory'] for b in transport.bodies()] == [
+        '{"city": "Lisbon"}',
+        {'city': 'Lisbon'},
+        'plain markdown',
+    ]
+    assert missing[1] and 'needs one argument, `memory`' in json.loads(missing[0])['error']
+    assert refused == (json.dumps({'success': False, 'error': 'working memory is JSON here: send an object'}), True)
+
+
+def test_recall_tool_reads_the_models_arguments_and_reports_errors() -> None:
+    from om_client.integrations._shared import run_recall
+
+    transport = Scripted(
+        lambda r: (
+            httpx.Response(200, json={'threads': '- t2', 'count': 1})
+            if json.loads(r.content)['threadId'] == 't2'
+            else error(422, 'invalid_input', 'Could not resolve cursor message x')
+        )
+    )
+    om, _ = client(transport)
+
+    listed = asyncio.run(run_recall(om, 't1', 'me', '{"mode": "threads", "threadId": "t2", "partIndex": null}'))
+    failed = asyncio.run(run_recall(om, 't1', 'me', {'cursor': 'x', 'partIndex': 2}))
+
+    assert json.loads(listed) == {'threads': '- t2', 'count': 1}
+    assert transport.bodies()[0] == {'resourceId': 'me', 'threadId': 't2', 'mode': 'threads'}
+    assert transport.bodies()[1] == {'resourceId': 'me', 'threadId': 't1', 'cursor': 'x', 'partIndex': 2}
+    assert json.loads(failed) == {'error': 'Could not resolve cursor message x'}

@@ -175,9 +175,8 @@ def test_twenty_runs_keep_observations_in_the_model_input_and_observed_turns_out
         model = OpenAIChatCompletionsModel(
             model='fake-model', openai_client=AsyncOpenAI(base_url=fake_model.base_url, api_key='test')
         )
-        agent = Agent(
-            name='assistant', instructions='Be brief.', model=model, tools=[find_train, session.recall_tool()]
-        )
+        tools = [find_train, session.recall_tool(), session.working_memory_tool()]
+        agent = Agent(name='assistant', instructions='Be brief.', model=model, tools=tools)
         for n in range(19):
             if n == 3:
                 fake_model.script(
@@ -185,6 +184,9 @@ def test_twenty_runs_keep_observations_in_the_model_input_and_observed_turns_out
                 )
             if n == 8:
                 fake_model.script(ChatReply.tool_calls(('recall', {'mode': 'threads'})), ChatReply.text('One thread.'))
+            if n == 12:
+                update = {'memory': '# User\n- has many friends who collect stamps'}
+                fake_model.script(ChatReply.tool_calls(('updateWorkingMemory', update)), ChatReply.text('Saved.'))
             await Runner.run(agent, fact(n), session=session)
         # Observation runs in the background after a turn passes messageTokens; wait for it to cover the first turns.
         deadline = time.monotonic() + 30
@@ -212,7 +214,10 @@ def test_twenty_runs_keep_observations_in_the_model_input_and_observed_turns_out
     with MemoryClient(stack.url, resource_id=resource_id) as om:
         stored = list(om.iter_messages(thread_id))
     kinds = [type(p).__name__ for m in stored for p in m.parts]
-    assert kinds.count('ToolCallPart') == 2 and kinds.count('ToolResultPart') == 2
+    assert kinds.count('ToolCallPart') == 3 and kinds.count('ToolResultPart') == 3
+    # updateWorkingMemory ran against the service, and the next runs' memory system message shows it.
+    assert json.loads(requests[16].tool_results[-1]) == {'success': True}
+    assert 'has many friends who collect stamps' in last.system_texts[1]
     assert len([m for m in stored if m.role == 'user']) == 20
     # The data-om-* parts reach the caller.
     assert 'data-om-status' in seen and 'data-om-scheduled' in seen

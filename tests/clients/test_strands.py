@@ -110,7 +110,7 @@ def test_twenty_invocations_keep_observations_in_the_prompt_and_observed_turns_o
             model=model,
             system_prompt='Be brief.',
             hooks=[memory],
-            tools=[find_train, memory.recall_tool()],
+            tools=[find_train, memory.recall_tool(), memory.working_memory_tool()],
             callback_handler=None,
         )
         for n in range(19):
@@ -120,6 +120,9 @@ def test_twenty_invocations_keep_observations_in_the_prompt_and_observed_turns_o
                 )
             if n == 8:
                 fake_model.script(ChatReply.tool_calls(('recall', {'mode': 'threads'})), ChatReply.text('One thread.'))
+            if n == 12:
+                update = {'memory': '# User\n- has many friends who collect stamps'}
+                fake_model.script(ChatReply.tool_calls(('updateWorkingMemory', update)), ChatReply.text('Saved.'))
             agent(fact(n))
         deadline = time.monotonic() + 30
         while 'Fact 0' not in om.memory(thread_id).observations and time.monotonic() < deadline:
@@ -141,6 +144,8 @@ def test_twenty_invocations_keep_observations_in_the_prompt_and_observed_turns_o
     recall_result = json.loads(requests[10].tool_results[-1])
     assert recall_result['count'] == 1 and '← current' in recall_result['threads']
     kinds = [type(p).__name__ for m in stored for p in m.parts]
-    assert kinds.count('ToolCallPart') == 2 and kinds.count('ToolResultPart') == 2
+    assert kinds.count('ToolCallPart') == 3 and kinds.count('ToolResultPart') == 3
+    assert json.loads(requests[16].tool_results[-1]) == {'success': True}
+    assert 'has many friends who collect stamps' in last.system_text
     assert [m.text() for m in stored if m.role == 'user'] == [fact(n) for n in range(20)]
     assert 'data-om-status' in seen and memory.parts

@@ -1,7 +1,8 @@
-"""The recall tool as the integrations offer it to a model: one declaration, one way to run it (`POST /recall`).
+"""The tools the integrations offer a model: `recall` (`POST /recall`) and `updateWorkingMemory`
+(`PUT .../working-memory`), each with one declaration and one way to run it.
 
-The memory system message (`StepResult.system`) already tells the model when and how to use recall; this is the
-function it calls. Its `threadId` argument names the thread to read (the current one when left out).
+The memory system message (`StepResult.system`) already tells the model when and how to use them. Recall's
+`threadId` argument names the thread to read (the current one when left out).
 """
 
 from __future__ import annotations
@@ -77,3 +78,50 @@ def recall_error(exc: APIError | ValueError) -> str:
     """A failed call as the model reads it (the service's message says what to change)."""
     message = exc.message if isinstance(exc, APIError) else str(exc)
     return json.dumps({'error': message}, ensure_ascii=False)
+
+
+WORKING_MEMORY_NAME = 'updateWorkingMemory'
+WORKING_MEMORY_DESCRIPTION = (
+    'Update the working memory: Markdown replaces it (send the complete text, following the template), a JSON object '
+    'is merged into it (null deletes a field). Keep everything that is still true.'
+)
+WORKING_MEMORY_PARAMETERS: dict[str, Any] = {
+    'type': 'object',
+    'properties': {
+        'memory': {
+            'anyOf': [{'type': 'string'}, {'type': 'object'}],
+            'description': 'The updated working memory: Markdown text, or an object of the fields to change.',
+        }
+    },
+    'required': ['memory'],
+}
+
+
+def working_memory_value(args: Mapping[str, Any] | str | None) -> str | dict[str, Any]:
+    """The `memory` argument of an `updateWorkingMemory` call.
+
+    Raises:
+        ValueError: No `memory` argument.
+    """
+    if isinstance(args, str):
+        args = json.loads(args) if args.strip() else {}
+    if not isinstance(args, Mapping) or not isinstance(args.get('memory'), str | dict):
+        raise ValueError('updateWorkingMemory needs one argument, `memory`: Markdown text or an object')
+    value: str | dict[str, Any] = args['memory']
+    return value
+
+
+def json_object_text(value: str | dict[str, Any]) -> dict[str, Any] | None:
+    """The object a model sent as JSON text (some send objects that way), else None."""
+    if not isinstance(value, str) or not value.lstrip().startswith('{'):
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def working_memory_answer(ok: bool, error: str | None = None) -> str:
+    """The tool's answer as the model reads it (the server's own tool answers the same)."""
+    return json.dumps({'success': True} if ok else {'success': False, 'error': error}, ensure_ascii=False)

@@ -6,7 +6,7 @@
 
     om = AsyncMemoryClient('http://127.0.0.1:8787')
     session = ObservationalMemorySession(om, thread_id='t1', resource_id='me')
-    agent = Agent(name='assistant', instructions='...', tools=[session.recall_tool()])
+    agent = Agent(name='assistant', instructions='...', tools=[session.recall_tool(), session.working_memory_tool()])
     result = await Runner.run(agent, 'What did I say about Lisbon?', session=session)
     print(session.parts)   # the data-om-* parts of the last step and turns
 
@@ -28,8 +28,8 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from om_client.errors import APIError, ThreadNotFound
-from om_client.integrations._shared import AnyClient, call
+from om_client.errors import ThreadNotFound
+from om_client.integrations._shared import AnyClient, call, run_recall, run_update_working_memory
 from om_client.models import (
     DataPart,
     FilePart,
@@ -44,7 +44,14 @@ from om_client.models import (
     ToolResultPart,
     TurnResult,
 )
-from om_client.tools import RECALL_DESCRIPTION, RECALL_NAME, RECALL_PARAMETERS, recall_answer, recall_call, recall_error
+from om_client.tools import (
+    RECALL_DESCRIPTION,
+    RECALL_NAME,
+    RECALL_PARAMETERS,
+    WORKING_MEMORY_DESCRIPTION,
+    WORKING_MEMORY_NAME,
+    WORKING_MEMORY_PARAMETERS,
+)
 
 if TYPE_CHECKING:
     from agents import FunctionTool
@@ -304,9 +311,10 @@ class ObservationalMemorySession:
         self.client = client
         self.thread_id = thread_id
         self.session_id = thread_id
-        self.resource_id = resource_id or client.resource_id
-        if not self.resource_id:
+        resource = resource_id or client.resource_id
+        if not resource:
             raise ValueError('resource_id is required (or create the client with resource_id=...)')
+        self.resource_id: str = resource
         self.read_only = read_only
         self.on_parts = on_parts
         self.session_settings = session_settings
@@ -392,17 +400,28 @@ class ObservationalMemorySession:
         from agents import FunctionTool
 
         async def invoke(_context: Any, arguments: str) -> str:
-            try:
-                thread_id, kwargs = recall_call(arguments, self.thread_id)
-                result = await call(self.client, 'recall', thread_id, resource_id=self.resource_id, **kwargs)
-            except (APIError, ValueError) as exc:
-                return recall_error(exc)
-            return recall_answer(result)
+            return await run_recall(self.client, self.thread_id, self.resource_id, arguments)
 
         return FunctionTool(
             name=RECALL_NAME,
             description=RECALL_DESCRIPTION,
             params_json_schema=RECALL_PARAMETERS,
+            on_invoke_tool=invoke,
+            strict_json_schema=False,
+        )
+
+    def working_memory_tool(self) -> FunctionTool:
+        """`updateWorkingMemory` as an Agents SDK `FunctionTool` (`PUT .../working-memory`; needs `workingMemory`)."""
+        from agents import FunctionTool
+
+        async def invoke(_context: Any, arguments: str) -> str:
+            answer, _ = await run_update_working_memory(self.client, self.thread_id, self.resource_id, arguments)
+            return answer
+
+        return FunctionTool(
+            name=WORKING_MEMORY_NAME,
+            description=WORKING_MEMORY_DESCRIPTION,
+            params_json_schema=WORKING_MEMORY_PARAMETERS,
             on_invoke_tool=invoke,
             strict_json_schema=False,
         )

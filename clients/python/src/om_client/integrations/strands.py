@@ -6,6 +6,7 @@
 
     memory = ObservationalMemoryHooks(MemoryClient('http://127.0.0.1:8787'), thread_id='t1', resource_id='me')
     agent = Agent(model=..., system_prompt='You are helpful.', hooks=[memory], tools=[memory.recall_tool()])
+    # With working memory on, add memory.working_memory_tool() so the model can keep it up to date.
     agent('What did I say about Lisbon?')
 
 Before each invocation the hooks save the new input as a step (`POST /threads/{id}/steps`) and load what the model
@@ -31,8 +32,7 @@ from strands.hooks import (
 )
 from strands.tools.tools import PythonAgentTool
 
-from om_client.errors import APIError
-from om_client.integrations._shared import AnyClient, call
+from om_client.integrations._shared import AnyClient, call, run_recall, run_update_working_memory
 from om_client.models import (
     DataPart,
     FilePart,
@@ -46,7 +46,14 @@ from om_client.models import (
     ToolResultPart,
     TurnResult,
 )
-from om_client.tools import RECALL_DESCRIPTION, RECALL_NAME, RECALL_PARAMETERS, recall_answer, recall_call, recall_error
+from om_client.tools import (
+    RECALL_DESCRIPTION,
+    RECALL_NAME,
+    RECALL_PARAMETERS,
+    WORKING_MEMORY_DESCRIPTION,
+    WORKING_MEMORY_NAME,
+    WORKING_MEMORY_PARAMETERS,
+)
 
 __all__ = ['ObservationalMemoryHooks', 'from_strands', 'to_strands']
 
@@ -222,9 +229,10 @@ class ObservationalMemoryHooks(HookProvider):
     ) -> None:
         self.client = client
         self.thread_id = thread_id
-        self.resource_id = resource_id or client.resource_id
-        if not self.resource_id:
+        resource = resource_id or client.resource_id
+        if not resource:
             raise ValueError('resource_id is required (or create the client with resource_id=...)')
+        self.resource_id: str = resource
         self.read_only = read_only
         self.on_parts = on_parts
         self.last_step: StepResult | None = None
@@ -300,16 +308,26 @@ class ObservationalMemoryHooks(HookProvider):
         """The recall tool as a Strands tool for this thread (`POST /recall`; needs `retrieval` on the server)."""
 
         async def recall(tool_use: Mapping[str, Any], **_: Any) -> dict[str, Any]:
-            try:
-                thread_id, kwargs = recall_call(tool_use.get('input') or {}, self.thread_id)
-                result = await call(self.client, 'recall', thread_id, resource_id=self.resource_id, **kwargs)
-            except (APIError, ValueError) as exc:
-                return {'toolUseId': tool_use['toolUseId'], 'status': 'error', 'content': [{'text': recall_error(exc)}]}
-            return {
-                'toolUseId': tool_use['toolUseId'],
-                'status': 'success',
-                'content': [{'text': recall_answer(result)}],
-            }
+            answer = await run_recall(self.client, self.thread_id, self.resource_id, tool_use.get('input'))
+            status = 'error' if answer.startswith('{"error"') else 'success'
+            return {'toolUseId': tool_use['toolUseId'], 'status': status, 'content': [{'text': answer}]}
 
         spec = {'name': RECALL_NAME, 'description': RECALL_DESCRIPTION, 'inputSchema': {'json': RECALL_PARAMETERS}}
-        return PythonAgentTool(RECALL_NAME, spec, recall)  # type: ignore[arg-type]
+        return PythonAgentTool(RECALL_NAME, cast(Any, spec), cast(Any, recall))
+
+    def working_memory_tool(self) -> PythonAgentTool:
+        """`updateWorkingMemory` as a Strands tool (`PUT .../working-memory`; needs `workingMemory` on the server)."""
+
+        async def update(tool_use: Mapping[str, Any], **_: Any) -> dict[str, Any]:
+            answer, failed = await run_update_working_memory(
+                self.client, self.thread_id, self.resource_id, tool_use.get('input')
+            )
+            status = 'error' if failed else 'success'
+            return {'toolUseId': tool_use['toolUseId'], 'status': status, 'content': [{'text': answer}]}
+
+        spec = {
+            'name': WORKING_MEMORY_NAME,
+            'description': WORKING_MEMORY_DESCRIPTION,
+            'inputSchema': {'json': WORKING_MEMORY_PARAMETERS},
+        }
+        return PythonAgentTool(WORKING_MEMORY_NAME, cast(Any, spec), cast(Any, update))
