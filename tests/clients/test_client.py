@@ -287,6 +287,18 @@ def test_iam_signs_with_sigv4_for_execute_api_in_the_urls_region() -> None:
     assert headers['X-Amz-Security-Token'] == 'session-token' and headers['X-Amz-Date']
 
 
+def test_query_values_are_encoded_as_sigv4_expects() -> None:
+    transport = Scripted(httpx.Response(200, json={'threads': [], 'hasMore': False}))
+    auth = IAMAuth(credentials=Credentials('AKIDEXAMPLE', 'secret'))
+    om, _ = client(transport, auth=auth)
+
+    om.list_threads(metadata={'topic': 'day trips+más'})
+
+    query = transport.requests[0].url.query.decode()
+    assert 'metadata.topic=day%20trips%2Bm%C3%A1s' in query and '+' not in query
+    assert dict(transport.requests[0].url.params)['metadata.topic'] == 'day trips+más'
+
+
 def test_iam_signature_covers_the_body() -> None:
     transport = Scripted(httpx.Response(200, json=STEP))
     auth = IAMAuth('us-east-1', credentials=Credentials('AKIDEXAMPLE', 'secret'))

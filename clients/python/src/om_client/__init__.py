@@ -7,12 +7,11 @@ Agents hooks and the recall tool) and `om_client.integrations.mcp_server` (the `
 
 from __future__ import annotations
 
-__version__ = '0.1.0'
-
-from om_client._calls import RetryPolicy  # noqa: E402
-from om_client.auth import BearerAuth, IAMAuth, NoAuth  # noqa: E402
-from om_client.client import AsyncMemoryClient, MemoryClient  # noqa: E402
-from om_client.errors import (  # noqa: E402
+from om_client._calls import RetryPolicy
+from om_client._version import __version__
+from om_client.auth import BearerAuth, IAMAuth, NoAuth
+from om_client.client import AsyncMemoryClient, MemoryClient
+from om_client.errors import (
     APIError,
     ConnectionFailed,
     MessageConflict,
@@ -21,7 +20,7 @@ from om_client.errors import (  # noqa: E402
     RateLimited,
     ThreadNotFound,
 )
-from om_client.models import (  # noqa: E402
+from om_client.models import (
     DataPart,
     FilePart,
     ImagePart,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import quote
@@ -107,7 +107,6 @@ class Call(Generic[T]):
     body: Any = None
     idempotent: bool = True
     done_if_missing_on_retry: bool = False
-    expected: tuple[int, ...] = field(default=(200, 201, 204))
 
 
 def check_id(name: str, value: str) -> str:

@@ -24,11 +24,10 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 import httpx
 
-from om_client import __version__
 from om_client._calls import (
     UNSET,
     Call,
@@ -37,6 +36,7 @@ from om_client._calls import (
     connection_failed,
     read_answer,
 )
+from om_client._version import __version__
 from om_client.auth import AuthLike, resolve_auth
 from om_client.errors import APIError, ThreadExists
 from om_client.models import (
@@ -133,11 +133,15 @@ class _Base:
         """The default resource id of calls that take `resource_id`."""
         return self.calls.default_resource_id
 
+    def _target(self, call: Call[Any]) -> str:
+        """The path and query. The query is encoded here, RFC 3986 style (a space is %20, never +), because SigV4
+        signs the query as sent and API Gateway checks it re-encoded that way."""
+        if not call.params:
+            return call.path
+        return f'{call.path}?{urlencode(call.params, quote_via=quote, safe="-_.~")}'
+
     def _request_kwargs(self, call: Call[Any]) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {'params': dict(call.params or {})}
-        if call.body is not None:
-            kwargs['json'] = call.body
-        return kwargs
+        return {'json': call.body} if call.body is not None else {}
 
 
 class MemoryClient(_Base):
@@ -203,7 +207,7 @@ class MemoryClient(_Base):
         while True:
             attempt += 1
             try:
-                response = self._http.request(call.method, call.path, **self._request_kwargs(call))
+                response = self._http.request(call.method, self._target(call), **self._request_kwargs(call))
             except httpx.TransportError as exc:
                 if attempt > self.retries.max_retries or not self.retries.retries_exception(exc, call.idempotent):
                     raise connection_failed(call, exc, attempt) from exc
@@ -574,7 +578,7 @@ class AsyncMemoryClient(_Base):
         while True:
             attempt += 1
             try:
-                response = await self._client().request(call.method, call.path, **self._request_kwargs(call))
+                response = await self._client().request(call.method, self._target(call), **self._request_kwargs(call))
             except httpx.TransportError as exc:
                 if attempt > self.retries.max_retries or not self.retries.retries_exception(exc, call.idempotent):
                     raise connection_failed(call, exc, attempt) from exc

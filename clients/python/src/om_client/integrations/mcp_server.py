@@ -27,7 +27,7 @@ from typing import Any, Literal
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from om_client import __version__
+from om_client._version import __version__
 from om_client.auth import BearerAuth
 from om_client.client import AsyncMemoryClient, MemoryClient
 from om_client.errors import APIError, ConnectionFailed, InvalidRequest, NotFound, RetrievalDisabled
