@@ -203,6 +203,11 @@ def vectors_enabled(client: MemoryClient, resource_id: str) -> bool:
 
 
 def _auth(args: argparse.Namespace) -> Any:
+    if args.auth == 'iam':
+        try:
+            import botocore  # noqa: F401 - only to give the install hint before anything starts
+        except ImportError:
+            raise SystemExit("--auth iam signs with botocore: pip install 'om-client[mcp,aws]'") from None
     if args.auth == 'bearer':
         variable = args.token_env
         if not os.environ.get(variable):
