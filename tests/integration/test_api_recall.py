@@ -87,6 +87,16 @@ def test_recall_pages_backward_and_reads_parts(api: Api) -> None:
     assert hint_status == 200 and hint['count'] == 0 and 'looks like a range' in hint['messages']  # type: ignore[index]
 
 
+def test_recall_without_a_cursor_reads_the_thread_from_its_start(api: Api) -> None:
+    seed_history(api, 3)
+
+    status, body = recall_call(api, cursor=None, limit=2)
+
+    assert status == 200, body
+    assert body['count'] == 2 and body['hasNextPage'] is True  # type: ignore[index]
+    assert f'[{THREAD}-m0]' in body['messages'] and f'[{THREAD}-m2]' not in body['messages']  # type: ignore[index]
+
+
 def test_recall_threads_marks_the_current_thread(api: Api) -> None:
     seed_history(api, 1)
     seed_history(api, 1, thread='thread-2')

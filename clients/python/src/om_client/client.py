@@ -1,0 +1,881 @@
+"""`MemoryClient` and `AsyncMemoryClient`: every route of the Observational Memory API (CONTRACT §2).
+
+    from om_client import MemoryClient, Message
+
+    url = 'https://abc123.execute-api.eu-west-1.amazonaws.com/prod'
+    with MemoryClient(url, auth='iam', resource_id='user-42') as om:
+        step = om.step('t1', [Message.user('I moved to Lisbon.')])   # before every model call
+        ...                                                           # call your model with step.system + step.messages
+        om.turn('t1', [Message.assistant('Noted!')])                  # after the turn
+
+Messages get their ids here, so a write that is sent again (a retry, or your own) changes nothing on the server.
+Calls are retried on 429/502/503 and connection failures with backoff and jitter (see `RetryPolicy`). Errors raise
+the class of their code (`ThreadNotFound`, `MessageConflict`, `RateLimited`, ...; see `om_client.errors`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import mimetypes
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
+
+import httpx
+
+from om_client._calls import (
+    UNSET,
+    Call,
+    Calls,
+    RetryPolicy,
+    connection_failed,
+    read_answer,
+)
+from om_client._version import __version__
+from om_client.auth import AuthLike, resolve_auth
+from om_client.errors import APIError, ThreadExists
+from om_client.models import (
+    AttachmentUpload,
+    ChatResult,
+    CloneResult,
+    DateRange,
+    FilePart,
+    Health,
+    ImagePart,
+    Include,
+    MemoryGenerations,
+    MemoryStatus,
+    Message,
+    MessageLike,
+    MessagesPage,
+    MessagesQueryResult,
+    RecallResult,
+    StepResult,
+    Thread,
+    ThreadsPage,
+    TurnResult,
+    WorkingMemory,
+)
+
+__all__ = ['AsyncMemoryClient', 'MemoryClient']
+
+T = TypeVar('T')
+DEFAULT_TIMEOUT = httpx.Timeout(35.0, connect=5.0)  # API Gateway gives up on an integration after ~29 s
+DateRangeLike = DateRange | Mapping[str, Any] | tuple[Any, Any] | None
+IncludeLike = Include | Mapping[str, Any] | str
+
+
+def _new_thread_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _upload_headers(upload: AttachmentUpload, media_type: str) -> dict[str, str]:
+    """The headers the presigned PUT was signed with (Content-Length is set by httpx from the body)."""
+    headers = {'Content-Type': media_type}
+    signed = parse_qs(urlsplit(upload.upload_url).query).get('X-Amz-SignedHeaders', [''])[0].split(';')
+    if 'x-amz-server-side-encryption' in signed:
+        headers['x-amz-server-side-encryption'] = 'AES256'
+    return headers
+
+
+def _attachment_part(upload: AttachmentUpload, filename: str, media_type: str, size: int) -> ImagePart | FilePart:
+    if media_type.startswith('image/'):
+        return ImagePart(url=upload.url, media_type=media_type, filename=filename, size=size)
+    return FilePart(url=upload.url, media_type=media_type, filename=filename, size=size)
+
+
+def _read_upload(data: bytes | Path | str, filename: str | None) -> tuple[bytes, str]:
+    if isinstance(data, bytes | bytearray):
+        if not filename:
+            raise ValueError('filename is required when uploading bytes')
+        return bytes(data), filename
+    path = Path(data)
+    return path.read_bytes(), filename or path.name
+
+
+def _media_type(filename: str, media_type: str | None) -> str:
+    return media_type or mimetypes.guess_type(filename)[0] or 'application/octet-stream'
+
+
+class _Base:
+    def __init__(
+        self,
+        api_url: str,
+        *,
+        resource_id: str | None,
+        auth: AuthLike,
+        region: str | None,
+        timeout: float | httpx.Timeout | None,
+        retries: RetryPolicy | int | None,
+        headers: Mapping[str, str] | None,
+    ) -> None:
+        if not api_url or not api_url.startswith(('http://', 'https://')):
+            raise ValueError(
+                f'api_url must be an http(s) URL (the API stage URL, or http://127.0.0.1:8787), not {api_url!r}'
+            )
+        self.api_url = api_url.rstrip('/')
+        self.calls = Calls(resource_id)
+        self.auth = resolve_auth(auth, self.api_url, region=region)
+        self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout or 35.0, connect=5.0)
+        if isinstance(retries, int):
+            retries = RetryPolicy(max_retries=retries)
+        self.retries = retries or RetryPolicy()
+        self.headers = {'User-Agent': f'om-client/{__version__}', 'Accept': 'application/json', **dict(headers or {})}
+        self._rng = random.Random()
+
+    @property
+    def resource_id(self) -> str | None:
+        """The default resource id of calls that take `resource_id`."""
+        return self.calls.default_resource_id
+
+    def _target(self, call: Call[Any]) -> str:
+        """The path and query. The query is encoded here, RFC 3986 style (a space is %20, never +), because SigV4
+        signs the query as sent and API Gateway checks it re-encoded that way."""
+        if not call.params:
+            return call.path
+        return f'{call.path}?{urlencode(call.params, quote_via=quote, safe="-_.~")}'
+
+    def _request_kwargs(self, call: Call[Any]) -> dict[str, Any]:
+        return {'json': call.body} if call.body is not None else {}
+
+
+class MemoryClient(_Base):
+    """The API over HTTP, blocking (httpx). Thread-safe; use one per process and close it (or use `with`).
+
+    Args:
+        api_url: The API's base URL (the stage URL of API Gateway, or `http://127.0.0.1:8787` for `om serve`).
+        resource_id: Default `resource_id` of every call (the user or tenant whose memory this is).
+        auth: `'none'`, `'iam'` (SigV4 with the default credential chain), or an `httpx.Auth` (`BearerAuth(...)`,
+            `IAMAuth(region=...)`).
+        region: The AWS region for `'iam'` when the URL does not name one (custom domains).
+        timeout: Seconds per request (default 35), or an `httpx.Timeout`.
+        retries: A `RetryPolicy`, or the number of retries (0 turns them off).
+        headers: Extra headers on every request.
+        transport: An httpx transport (tests, proxies).
+        sleep: How to wait between retries (tests).
+    """
+
+    def __init__(
+        self,
+        api_url: str,
+        *,
+        resource_id: str | None = None,
+        auth: AuthLike = 'none',
+        region: str | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        retries: RetryPolicy | int | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        super().__init__(
+            api_url,
+            resource_id=resource_id,
+            auth=auth,
+            region=region,
+            timeout=timeout,
+            retries=retries,
+            headers=headers,
+        )
+        self._sleep = sleep
+        self._http = httpx.Client(
+            base_url=self.api_url, auth=self.auth, timeout=self.timeout, headers=self.headers, transport=transport
+        )
+        self._uploads: httpx.Client | None = None
+        self._transport = transport
+
+    def __enter__(self) -> MemoryClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection pools."""
+        self._http.close()
+        if self._uploads is not None:
+            self._uploads.close()
+
+    def send(self, call: Call[T]) -> T:
+        """Send one call, retrying per the policy; the parsed answer or the error's exception."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = self._http.request(call.method, self._target(call), **self._request_kwargs(call))
+            except httpx.TransportError as exc:
+                if attempt > self.retries.max_retries or not self.retries.retries_exception(exc, call.idempotent):
+                    raise connection_failed(call, exc, attempt) from exc
+                self._sleep(self.retries.delay(attempt - 1, rng=self._rng))
+                continue
+            try:
+                return read_answer(call, response, attempt)
+            except APIError as exc:
+                status = exc.status or 0
+                if attempt > self.retries.max_retries or not self.retries.retries_status(status, call.idempotent):
+                    raise
+                self._sleep(self.retries.delay(attempt - 1, exc.retry_after, rng=self._rng))
+
+    # -- conversation -------------------------------------------------------------------------------------------
+    def step(
+        self,
+        thread_id: str,
+        messages: Sequence[MessageLike] = (),
+        *,
+        resource_id: str | None = None,
+        step_number: int | None = None,
+        read_only: bool | None = None,
+    ) -> StepResult:
+        """Save a step's new input (plain strings are user messages) and get the Actor's context."""
+        return self.send(
+            self.calls.step(thread_id, messages, resource_id=resource_id, step_number=step_number, read_only=read_only)
+        )
+
+    def turn(self, thread_id: str, messages: Sequence[MessageLike], *, resource_id: str | None = None) -> TurnResult:
+        """Save a turn's outputs (plain strings are assistant messages); schedules background work when due."""
+        return self.send(self.calls.turn(thread_id, messages, resource_id=resource_id))
+
+    def chat(
+        self, thread_id: str, message: MessageLike, *, resource_id: str | None = None, read_only: bool | None = None
+    ) -> ChatResult:
+        """Send a user message and get the server Actor's reply (steps + Actor + turns in one call)."""
+        return self.send(self.calls.chat(thread_id, message, resource_id=resource_id, read_only=read_only))
+
+    # -- memory and messages ------------------------------------------------------------------------------------
+    def memory(self, thread_id: str, *, resource_id: str | None = None) -> MemoryStatus:
+        """The thread's observational memory: observations, token counts, thresholds, current task."""
+        return self.send(self.calls.memory(thread_id, resource_id=resource_id))
+
+    def memory_generations(
+        self, thread_id: str, *, resource_id: str | None = None, limit: int | None = None
+    ) -> MemoryGenerations:
+        """Earlier generations of the memory, newest first (raises NotFound until the server serves the route)."""
+        return self.send(self.calls.memory_generations(thread_id, resource_id=resource_id, limit=limit))
+
+    def messages(
+        self, thread_id: str, *, resource_id: str | None = None, page: int = 0, per_page: int = 100
+    ) -> MessagesPage:
+        """A page of the thread's stored messages, oldest first."""
+        return self.send(self.calls.messages(thread_id, resource_id=resource_id, page=page, per_page=per_page))
+
+    def iter_messages(
+        self, thread_id: str, *, resource_id: str | None = None, per_page: int = 1000
+    ) -> Iterator[Message]:
+        """Every stored message of the thread, oldest first (pages fetched as needed)."""
+        page = 0
+        while True:
+            result = self.messages(thread_id, resource_id=resource_id, page=page, per_page=per_page)
+            yield from result.messages
+            if not result.has_more:
+                return
+            page += 1
+
+    def query_messages(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str | None = None,
+        page: int | None = None,
+        per_page: int | Literal[False] | None = None,
+        date_range: DateRangeLike = None,
+        include: Sequence[IncludeLike] | None = None,
+        vector_search_string: str | None = None,
+    ) -> MessagesQueryResult:
+        """The seed's `recall()` query: a page, a date range, messages by id with neighbours, a vector search."""
+        return self.send(
+            self.calls.query_messages(
+                thread_id,
+                resource_id=resource_id,
+                page=page,
+                per_page=per_page,
+                date_range=date_range,
+                include=include,
+                vector_search_string=vector_search_string,
+            )
+        )
+
+    def delete_messages(
+        self, thread_id: str, message_ids: Sequence[str] | None = None, *, resource_id: str | None = None
+    ) -> None:
+        """Delete messages by id, or every message of the thread when `message_ids` is None."""
+        self.send(self.calls.delete_messages(thread_id, message_ids, resource_id=resource_id))
+
+    def recall(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str | None = None,
+        mode: str | None = None,
+        query: str | None = None,
+        cursor: str | None = None,
+        page: int | None = None,
+        limit: int | None = None,
+        detail: str | None = None,
+        part_index: int | None = None,
+        before: str | None = None,
+        after: str | None = None,
+    ) -> RecallResult:
+        """The recall tool: page raw history (`mode='messages'`), list threads (`'threads'`), search (`'search'`)."""
+        return self.send(
+            self.calls.recall(
+                thread_id,
+                resource_id=resource_id,
+                mode=mode,
+                query=query,
+                cursor=cursor,
+                page=page,
+                limit=limit,
+                detail=detail,
+                part_index=part_index,
+                before=before,
+                after=after,
+            )
+        )
+
+    # -- threads ------------------------------------------------------------------------------------------------
+    def create_thread(
+        self,
+        *,
+        resource_id: str | None = None,
+        thread_id: str | None = None,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Thread:
+        """Create an empty thread (its id is generated here when not given, so a retry cannot make two)."""
+        generated = thread_id is None
+        thread_id = thread_id or _new_thread_id()
+        call = self.calls.create_thread(resource_id=resource_id, thread_id=thread_id, title=title, metadata=metadata)
+        try:
+            return self.send(call)
+        except ThreadExists as exc:
+            if generated and exc.attempts > 1:  # an earlier attempt created it and its answer was lost
+                return self.get_thread(thread_id, resource_id=resource_id)
+            raise
+
+    def get_thread(self, thread_id: str, *, resource_id: str | None = None) -> Thread:
+        """A thread."""
+        return self.send(self.calls.get_thread(thread_id, resource_id=resource_id))
+
+    def update_thread(
+        self, thread_id: str, *, resource_id: str | None = None, title: Any = UNSET, metadata: Any = UNSET
+    ) -> Thread:
+        """Change the title (None removes it) and/or replace the metadata; what is left out stays."""
+        return self.send(self.calls.update_thread(thread_id, resource_id=resource_id, title=title, metadata=metadata))
+
+    def clone_thread(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str | None = None,
+        new_thread_id: str | None = None,
+        title: str | None = None,
+        message_limit: int | None = None,
+        date_range: DateRangeLike = None,
+    ) -> CloneResult:
+        """Copy a thread (the newest `message_limit` messages, or a date range) into a new one."""
+        generated = new_thread_id is None
+        new_thread_id = new_thread_id or _new_thread_id()
+        call = self.calls.clone_thread(
+            thread_id,
+            resource_id=resource_id,
+            new_thread_id=new_thread_id,
+            title=title,
+            message_limit=message_limit,
+            date_range=date_range,
+        )
+        try:
+            return self.send(call)
+        except ThreadExists as exc:
+            if generated and exc.attempts > 1:
+                thread = self.get_thread(new_thread_id, resource_id=resource_id)
+                messages = list(self.iter_messages(new_thread_id, resource_id=resource_id))
+                return CloneResult(thread=thread, cloned_messages=messages)
+            raise
+
+    def delete_thread(self, thread_id: str, *, resource_id: str | None = None) -> None:
+        """Erase a thread: messages, observations, vectors and attachments."""
+        self.send(self.calls.delete_thread(thread_id, resource_id=resource_id))
+
+    def list_threads(
+        self,
+        *,
+        resource_id: str | None = None,
+        page: int = 0,
+        per_page: int = 100,
+        order_by: Literal['createdAt', 'updatedAt'] = 'createdAt',
+        direction: Literal['ASC', 'DESC'] = 'DESC',
+        metadata: Mapping[str, str] | None = None,
+    ) -> ThreadsPage:
+        """A page of the resource's threads (filter with `metadata={key: value}`)."""
+        return self.send(
+            self.calls.list_threads(
+                resource_id=resource_id,
+                page=page,
+                per_page=per_page,
+                order_by=order_by,
+                direction=direction,
+                metadata=metadata,
+            )
+        )
+
+    def delete_resource(self, resource_id: str | None = None) -> None:
+        """Erase everything stored for the resource."""
+        self.send(self.calls.delete_resource(resource_id))
+
+    # -- working memory -----------------------------------------------------------------------------------------
+    def get_working_memory(self, *, resource_id: str | None = None, thread_id: str | None = None) -> WorkingMemory:
+        """The working memory a thread sees (with `thread_id`), or the resource's (resource scope)."""
+        return self.send(self.calls.get_working_memory(resource_id=resource_id, thread_id=thread_id))
+
+    def update_working_memory(
+        self, value: str | Mapping[str, Any], *, resource_id: str | None = None, thread_id: str | None = None
+    ) -> WorkingMemory:
+        """Markdown replaces; a JSON object is merged (null deletes a field)."""
+        return self.send(self.calls.update_working_memory(value, resource_id=resource_id, thread_id=thread_id))
+
+    # -- attachments and meta -----------------------------------------------------------------------------------
+    def create_attachment(
+        self, thread_id: str, *, filename: str, media_type: str, size: int, resource_id: str | None = None
+    ) -> AttachmentUpload:
+        """A presigned S3 upload URL (use `upload_attachment` to have the upload done too)."""
+        return self.send(
+            self.calls.create_attachment(
+                thread_id, resource_id=resource_id, filename=filename, media_type=media_type, size=size
+            )
+        )
+
+    def upload_attachment(
+        self,
+        thread_id: str,
+        data: bytes | Path | str,
+        *,
+        filename: str | None = None,
+        media_type: str | None = None,
+        resource_id: str | None = None,
+    ) -> ImagePart | FilePart:
+        """Upload a file (bytes or a path) for the thread and return the part to put in a message (`s3://` URL)."""
+        content, name = _read_upload(data, filename)
+        kind = _media_type(name, media_type)
+        upload = self.create_attachment(
+            thread_id, filename=name, media_type=kind, size=len(content), resource_id=resource_id
+        )
+        self._put(upload, content, kind)
+        return _attachment_part(upload, name, kind, len(content))
+
+    def _put(self, upload: AttachmentUpload, content: bytes, media_type: str) -> None:
+        # A plain client: the presigned URL carries its own signature; our API credentials must not be sent to S3.
+        if self._uploads is None:
+            self._uploads = httpx.Client(timeout=httpx.Timeout(120.0, connect=5.0), transport=self._transport)
+        call: Call[None] = Call('PUT', upload.upload_url, lambda _: None)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                headers = _upload_headers(upload, media_type)
+                response = self._uploads.put(upload.upload_url, content=content, headers=headers)
+            except httpx.TransportError as exc:
+                if attempt > self.retries.max_retries:
+                    raise connection_failed(call, exc, attempt) from exc
+                self._sleep(self.retries.delay(attempt - 1, rng=self._rng))
+                continue
+            if response.status_code < 300:
+                return
+            if attempt > self.retries.max_retries or response.status_code < 500:
+                raise APIError(
+                    f'the attachment upload was refused ({response.status_code}): {response.text[:300]}',
+                    status=response.status_code,
+                    code='upload_failed',
+                    attempts=attempt,
+                )
+            self._sleep(self.retries.delay(attempt - 1, rng=self._rng))
+
+    def health(self) -> Health:
+        """`GET /health`."""
+        return self.send(self.calls.health())
+
+    def openapi(self) -> dict[str, Any]:
+        """The served OpenAPI document."""
+        return self.send(self.calls.openapi())
+
+
+class AsyncMemoryClient(_Base):
+    """The same API as `MemoryClient`, with `async` methods (httpx.AsyncClient).
+
+    Safe to share between tasks. It opens its connection pool in the event loop that uses it, and a new one when a
+    later call runs in another loop (e.g. a framework that runs each request in a fresh `asyncio.run`).
+    """
+
+    def __init__(
+        self,
+        api_url: str,
+        *,
+        resource_id: str | None = None,
+        auth: AuthLike = 'none',
+        region: str | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        retries: RetryPolicy | int | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        limits: httpx.Limits | None = None,
+        sleep: Callable[[float], Any] = asyncio.sleep,
+    ) -> None:
+        super().__init__(
+            api_url,
+            resource_id=resource_id,
+            auth=auth,
+            region=region,
+            timeout=timeout,
+            retries=retries,
+            headers=headers,
+        )
+        self._sleep = sleep
+        self._transport = transport
+        self._limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
+        self._http: httpx.AsyncClient | None = None
+        self._http_loop: asyncio.AbstractEventLoop | None = None
+        self._uploads: httpx.AsyncClient | None = None
+
+    async def __aenter__(self) -> AsyncMemoryClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pools."""
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+        if self._uploads is not None:
+            await self._uploads.aclose()
+            self._uploads = None
+
+    def _client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._http is None or self._http_loop is not loop:
+            # A pool belongs to the loop that opened it; one from a finished loop cannot be reused (or closed).
+            self._http = httpx.AsyncClient(
+                base_url=self.api_url,
+                auth=self.auth,
+                timeout=self.timeout,
+                headers=self.headers,
+                transport=self._transport,
+                limits=self._limits,
+            )
+            self._http_loop = loop
+        return self._http
+
+    async def send(self, call: Call[T]) -> T:
+        """Send one call, retrying per the policy; the parsed answer or the error's exception."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = await self._client().request(call.method, self._target(call), **self._request_kwargs(call))
+            except httpx.TransportError as exc:
+                if attempt > self.retries.max_retries or not self.retries.retries_exception(exc, call.idempotent):
+                    raise connection_failed(call, exc, attempt) from exc
+                await self._sleep(self.retries.delay(attempt - 1, rng=self._rng))
+                continue
+            try:
+                return read_answer(call, response, attempt)
+            except APIError as exc:
+                status = exc.status or 0
+                if attempt > self.retries.max_retries or not self.retries.retries_status(status, call.idempotent):
+                    raise
+                await self._sleep(self.retries.delay(attempt - 1, exc.retry_after, rng=self._rng))
+
+    # -- conversation -------------------------------------------------------------------------------------------
+    async def step(
+        self,
+        thread_id: str,
+        messages: Sequence[MessageLike] = (),
+        *,
+        resource_id: str | None = None,
+        step_number: int | None = None,
+        read_only: bool | None = None,
+    ) -> StepResult:
+        """Save a step's new input (plain strings are user messages) and get the Actor's context."""
+        return await self.send(
+            self.calls.step(thread_id, messages, resource_id=resource_id, step_number=step_number, read_only=read_only)
+        )
+
+    async def turn(
+        self, thread_id: str, messages: Sequence[MessageLike], *, resource_id: str | None = None
+    ) -> TurnResult:
+        """Save a turn's outputs (plain strings are assistant messages); schedules background work when due."""
+        return await self.send(self.calls.turn(thread_id, messages, resource_id=resource_id))
+
+    async def chat(
+        self, thread_id: str, message: MessageLike, *, resource_id: str | None = None, read_only: bool | None = None
+    ) -> ChatResult:
+        """Send a user message and get the server Actor's reply (steps + Actor + turns in one call)."""
+        return await self.send(self.calls.chat(thread_id, message, resource_id=resource_id, read_only=read_only))
+
+    # -- memory and messages ------------------------------------------------------------------------------------
+    async def memory(self, thread_id: str, *, resource_id: str | None = None) -> MemoryStatus:
+        """The thread's observational memory: observations, token counts, thresholds, current task."""
+        return await self.send(self.calls.memory(thread_id, resource_id=resource_id))
+
+    async def memory_generations(
+        self, thread_id: str, *, resource_id: str | None = None, limit: int | None = None
+    ) -> MemoryGenerations:
+        """Earlier generations of the memory, newest first (raises NotFound until the server serves the route)."""
+        return await self.send(self.calls.memory_generations(thread_id, resource_id=resource_id, limit=limit))
+
+    async def messages(
+        self, thread_id: str, *, resource_id: str | None = None, page: int = 0, per_page: int = 100
+    ) -> MessagesPage:
+        """A page of the thread's stored messages, oldest first."""
+        return await self.send(self.calls.messages(thread_id, resource_id=resource_id, page=page, per_page=per_page))
+
+    async def iter_messages(
+        self, thread_id: str, *, resource_id: str | None = None, per_page: int = 1000
+    ) -> AsyncIterator[Message]:
+        """Every stored message of the thread, oldest first (pages fetched as needed)."""
+        page = 0
+        while True:
+            result = await self.messages(thread_id, resource_id=resource_id, page=page, per_page=per_page)
+            for message in result.messages:
+                yield message
+            if not result.has_more:
+                return
+            page += 1
+
+    async def query_messages(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str | None = None,
+        page: int | None = None,
+        per_page: int | Literal[False] | None = None,
+        date_range: DateRangeLike = None,
+        include: Sequence[IncludeLike] | None = None,
+        vector_search_string: str | None = None,
+    ) -> MessagesQueryResult:
+        """The seed's `recall()` query: a page, a date range, messages by id with neighbours, a vector search."""
+        return await self.send(
+            self.calls.query_messages(
+                thread_id,
+                resource_id=resource_id,
+                page=page,
+                per_page=per_page,
+                date_range=date_range,
+                include=include,
+                vector_search_string=vector_search_string,
+            )
+        )
+
+    async def delete_messages(
+        self, thread_id: str, message_ids: Sequence[str] | None = None, *, resource_id: str | None = None
+    ) -> None:
+        """Delete messages by id, or every message of the thread when `message_ids` is None."""
+        await self.send(self.calls.delete_messages(thread_id, message_ids, resource_id=resource_id))
+
+    async def recall(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str | None = None,
+        mode: str | None = None,
+        query: str | None = None,
+        cursor: str | None = None,
+        page: int | None = None,
+        limit: int | None = None,
+        detail: str | None = None,
+        part_index: int | None = None,
+        before: str | None = None,
+        after: str | None = None,
+    ) -> RecallResult:
+        """The recall tool: page raw history (`mode='messages'`), list threads (`'threads'`), search (`'search'`)."""
+        return await self.send(
+            self.calls.recall(
+                thread_id,
+                resource_id=resource_id,
+                mode=mode,
+                query=query,
+                cursor=cursor,
+                page=page,
+                limit=limit,
+                detail=detail,
+                part_index=part_index,
+                before=before,
+                after=after,
+            )
+        )
+
+    # -- threads ------------------------------------------------------------------------------------------------
+    async def create_thread(
+        self,
+        *,
+        resource_id: str | None = None,
+        thread_id: str | None = None,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Thread:
+        """Create an empty thread (its id is generated here when not given, so a retry cannot make two)."""
+        generated = thread_id is None
+        thread_id = thread_id or _new_thread_id()
+        call = self.calls.create_thread(resource_id=resource_id, thread_id=thread_id, title=title, metadata=metadata)
+        try:
+            return await self.send(call)
+        except ThreadExists as exc:
+            if generated and exc.attempts > 1:
+                return await self.get_thread(thread_id, resource_id=resource_id)
+            raise
+
+    async def get_thread(self, thread_id: str, *, resource_id: str | None = None) -> Thread:
+        """A thread."""
+        return await self.send(self.calls.get_thread(thread_id, resource_id=resource_id))
+
+    async def update_thread(
+        self, thread_id: str, *, resource_id: str | None = None, title: Any = UNSET, metadata: Any = UNSET
+    ) -> Thread:
+        """Change the title (None removes it) and/or replace the metadata; what is left out stays."""
+        return await self.send(
+            self.calls.update_thread(thread_id, resource_id=resource_id, title=title, metadata=metadata)
+        )
+
+    async def clone_thread(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str | None = None,
+        new_thread_id: str | None = None,
+        title: str | None = None,
+        message_limit: int | None = None,
+        date_range: DateRangeLike = None,
+    ) -> CloneResult:
+        """Copy a thread (the newest `message_limit` messages, or a date range) into a new one."""
+        generated = new_thread_id is None
+        new_thread_id = new_thread_id or _new_thread_id()
+        call = self.calls.clone_thread(
+            thread_id,
+            resource_id=resource_id,
+            new_thread_id=new_thread_id,
+            title=title,
+            message_limit=message_limit,
+            date_range=date_range,
+        )
+        try:
+            return await self.send(call)
+        except ThreadExists as exc:
+            if generated and exc.attempts > 1:
+                thread = await self.get_thread(new_thread_id, resource_id=resource_id)
+                messages = [m async for m in self.iter_messages(new_thread_id, resource_id=resource_id)]
+                return CloneResult(thread=thread, cloned_messages=messages)
+            raise
+
+    async def delete_thread(self, thread_id: str, *, resource_id: str | None = None) -> None:
+        """Erase a thread: messages, observations, vectors and attachments."""
+        await self.send(self.calls.delete_thread(thread_id, resource_id=resource_id))
+
+    async def list_threads(
+        self,
+        *,
+        resource_id: str | None = None,
+        page: int = 0,
+        per_page: int = 100,
+        order_by: Literal['createdAt', 'updatedAt'] = 'createdAt',
+        direction: Literal['ASC', 'DESC'] = 'DESC',
+        metadata: Mapping[str, str] | None = None,
+    ) -> ThreadsPage:
+        """A page of the resource's threads (filter with `metadata={key: value}`)."""
+        return await self.send(
+            self.calls.list_threads(
+                resource_id=resource_id,
+                page=page,
+                per_page=per_page,
+                order_by=order_by,
+                direction=direction,
+                metadata=metadata,
+            )
+        )
+
+    async def delete_resource(self, resource_id: str | None = None) -> None:
+        """Erase everything stored for the resource."""
+        await self.send(self.calls.delete_resource(resource_id))
+
+    # -- working memory -----------------------------------------------------------------------------------------
+    async def get_working_memory(
+        self, *, resource_id: str | None = None, thread_id: str | None = None
+    ) -> WorkingMemory:
+        """The working memory a thread sees (with `thread_id`), or the resource's (resource scope)."""
+        return await self.send(self.calls.get_working_memory(resource_id=resource_id, thread_id=thread_id))
+
+    async def update_working_memory(
+        self, value: str | Mapping[str, Any], *, resource_id: str | None = None, thread_id: str | None = None
+    ) -> WorkingMemory:
+        """Markdown replaces; a JSON object is merged (null deletes a field)."""
+        return await self.send(self.calls.update_working_memory(value, resource_id=resource_id, thread_id=thread_id))
+
+    # -- attachments and meta -----------------------------------------------------------------------------------
+    async def create_attachment(
+        self, thread_id: str, *, filename: str, media_type: str, size: int, resource_id: str | None = None
+    ) -> AttachmentUpload:
+        """A presigned S3 upload URL (use `upload_attachment` to have the upload done too)."""
+        return await self.send(
+            self.calls.create_attachment(
+                thread_id, resource_id=resource_id, filename=filename, media_type=media_type, size=size
+            )
+        )
+
+    async def upload_attachment(
+        self,
+        thread_id: str,
+        data: bytes | Path | str,
+        *,
+        filename: str | None = None,
+        media_type: str | None = None,
+        resource_id: str | None = None,
+    ) -> ImagePart | FilePart:
+        """Upload a file (bytes or a path) for the thread and return the part to put in a message (`s3://` URL)."""
+        content, name = _read_upload(data, filename)
+        kind = _media_type(name, media_type)
+        upload = await self.create_attachment(
+            thread_id, filename=name, media_type=kind, size=len(content), resource_id=resource_id
+        )
+        await self._put(upload, content, kind)
+        return _attachment_part(upload, name, kind, len(content))
+
+    async def _put(self, upload: AttachmentUpload, content: bytes, media_type: str) -> None:
+        if self._uploads is None:
+            self._uploads = httpx.AsyncClient(timeout=httpx.Timeout(120.0, connect=5.0), transport=self._transport)
+        call: Call[None] = Call('PUT', upload.upload_url, lambda _: None)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = await self._uploads.put(
+                    upload.upload_url, content=content, headers=_upload_headers(upload, media_type)
+                )
+            except httpx.TransportError as exc:
+                if attempt > self.retries.max_retries:
+                    raise connection_failed(call, exc, attempt) from exc
+                await self._sleep(self.retries.delay(attempt - 1, rng=self._rng))
+                continue
+            if response.status_code < 300:
+                return
+            if attempt > self.retries.max_retries or response.status_code < 500:
+                raise APIError(
+                    f'the attachment upload was refused ({response.status_code}): {response.text[:300]}',
+                    status=response.status_code,
+                    code='upload_failed',
+                    attempts=attempt,
+                )
+            await self._sleep(self.retries.delay(attempt - 1, rng=self._rng))
+
+    async def health(self) -> Health:
+        """`GET /health`."""
+        return await self.send(self.calls.health())
+
+    async def openapi(self) -> dict[str, Any]:
+        """The served OpenAPI document."""
+        return await self.send(self.calls.openapi())

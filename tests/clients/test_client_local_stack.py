@@ -1,0 +1,140 @@
+"""MemoryClient and AsyncMemoryClient against the local stack over real HTTP: every route, errors, retries' safety,
+attachments uploaded to the (moto) S3 bucket, and 50 concurrent steps on different threads."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from om_client import AsyncMemoryClient, MemoryClient, Message
+from om_client.errors import InvalidRequest, MessageConflict, NotFound, ThreadExists, ThreadNotFound
+from om_client.models import ImagePart, ToolCallPart, ToolResultPart
+
+from om_cli.local_stack import LocalStack
+
+LONG = 'I am planning a three week trip through Portugal with my sister; we love trains, old towns and seafood. '
+
+
+def test_a_conversation_round_trip(stack: LocalStack, resource_id: str, thread_id: str) -> None:
+    with MemoryClient(stack.url, resource_id=resource_id) as om:
+        # Given a step, a turn with a tool round, and the same step sent again (a retry)
+        question = Message.user('Which trains go from Lisbon to Porto?')
+        step = om.step(thread_id, [question])
+        again = om.step(thread_id, [question])
+        call = Message(
+            role='assistant', parts=[ToolCallPart(tool_call_id='c1', tool_name='trains', args={'to': 'Porto'})]
+        )
+        result = Message(role='tool', parts=[ToolResultPart(tool_call_id='c1', tool_name='trains', result=['IC 521'])])
+        turn = om.turn(thread_id, [call, result, 'The IC 521 leaves at 9:00.'])
+
+        # Then the answers are typed, the retry stored nothing twice, and history keeps order and parts
+        assert step.thread_id == thread_id and step.status is not None
+        assert [m.id for m in again.messages] == [question.id]
+        assert turn.saved == [call.id, result.id, turn.saved[2]]
+        history = om.messages(thread_id)
+        assert [m.role for m in history.messages] == ['user', 'assistant', 'tool', 'assistant']
+        assert history.messages[2].parts[0] == ToolResultPart(tool_call_id='c1', tool_name='trains', result=['IC 521'])
+        assert history.messages[3].text() == 'The IC 521 leaves at 9:00.'
+
+        # And other content under a stored id is a conflict that writes nothing
+        with pytest.raises(MessageConflict):
+            om.step(thread_id, [Message.user('something else', id=question.id)])
+        assert len(om.messages(thread_id).messages) == 4
+
+
+def test_memory_observations_and_queries(stack: LocalStack, resource_id: str, thread_id: str) -> None:
+    with MemoryClient(stack.url, resource_id=resource_id) as om:
+        for n in range(3):
+            om.step(thread_id, [f'{LONG * 6} Note {n}.'])
+            om.turn(thread_id, [f'Noted {n}.'])
+
+        # The turns past messageTokens queue an observation; a later step or the worker finishes it.
+        deadline = time.monotonic() + 20
+        while not om.memory(thread_id).observations and time.monotonic() < deadline:
+            om.step(thread_id)
+            time.sleep(0.2)
+        memory = om.memory(thread_id)
+
+        assert 'Portugal' in memory.observations and memory.thresholds is not None
+        assert memory.thresholds.message_tokens == 400
+        step = om.step(thread_id)
+        assert 'Portugal' in step.system and {t.name for t in step.tools} >= {'recall'}
+        first = om.messages(thread_id, per_page=2)
+        assert first.has_more and len(first.messages) == 2
+        assert len(list(om.iter_messages(thread_id, per_page=2))) == 6
+        around = om.query_messages(thread_id, per_page=0, include=[{'id': first.messages[1].id, 'withNextMessages': 1}])
+        assert [m.id for m in around.messages][:1] == [first.messages[1].id] and len(around.messages) == 2
+        recalled = om.recall(thread_id, limit=2)
+        assert recalled.count == 2 and 'Portugal' in recalled.as_text()
+
+
+def test_threads_working_memory_and_erase(stack: LocalStack, resource_id: str) -> None:
+    with MemoryClient(stack.url, resource_id=resource_id) as om:
+        created = om.create_thread(title='Trip', metadata={'topic': 'travel'})
+        om.step(created.id, ['We land in Lisbon on May 3rd.'])
+        with pytest.raises(ThreadExists):
+            om.create_thread(thread_id=created.id)
+        renamed = om.update_thread(created.id, title='Portugal trip')
+        clone = om.clone_thread(created.id, title='Copy')
+        listed = om.list_threads(metadata={'topic': 'travel'})
+        working = om.update_working_memory('# User\n- lands in Lisbon on May 3rd', thread_id=created.id)
+
+        assert renamed.title == 'Portugal trip' and renamed.metadata == {'topic': 'travel'}
+        assert clone.thread.metadata['clonedFrom'] and [m.text() for m in clone.cloned_messages] == [
+            'We land in Lisbon on May 3rd.'
+        ]
+        assert {t.id for t in listed.threads} == {created.id, clone.thread.id}
+        assert working.format == 'markdown' and 'May 3rd' in str(
+            om.get_working_memory(thread_id=created.id).working_memory
+        )
+
+        om.delete_thread(created.id)
+        with pytest.raises(ThreadNotFound):
+            om.get_thread(created.id)
+        with pytest.raises(ThreadNotFound):
+            om.memory(created.id, resource_id='someone-else')
+        om.delete_resource()
+        assert om.list_threads().threads == []
+
+
+def test_errors_carry_code_message_and_details(stack: LocalStack, resource_id: str, thread_id: str) -> None:
+    with MemoryClient(stack.url, resource_id=resource_id) as om:
+        with pytest.raises(InvalidRequest) as invalid:
+            om.recall(thread_id, limit=0)
+        with pytest.raises(NotFound) as missing:
+            om.memory_generations(thread_id)  # in the contract; a plain 404 until the server serves it
+
+    assert invalid.value.code == 'validation_error' and invalid.value.details[0]['field'] == 'limit'
+    assert 'limit' in invalid.value.message
+    assert missing.value.status == 404
+
+
+def test_attachments_are_uploaded_and_readable_by_the_observer(
+    stack: LocalStack, resource_id: str, thread_id: str
+) -> None:
+    png = bytes.fromhex('89504e470d0a1a0a0000000d4948445200000001000000010806000000') + b'\x00' * 16
+    with MemoryClient(stack.url, resource_id=resource_id) as om:
+        om.step(thread_id, ['Here is my boarding pass.'])
+        part = om.upload_attachment(thread_id, png, filename='pass.png')
+        step = om.step(thread_id, [Message(role='user', parts=[part])])
+
+    assert isinstance(part, ImagePart) and part.url.startswith(f's3://{stack.names.bucket}/')
+    assert part.size == len(png) and part.media_type == 'image/png'
+    stored = step.messages[-1].parts[0]
+    assert isinstance(stored, ImagePart) and stored.url == part.url
+    body = stack.client('s3').get_object(Bucket=stack.names.bucket, Key=part.url.split('/', 3)[3])['Body'].read()
+    assert body == png
+
+
+def test_async_client_runs_50_concurrent_steps_on_different_threads(stack: LocalStack, resource_id: str) -> None:
+    async def run() -> list[str]:
+        async with AsyncMemoryClient(stack.url, resource_id=resource_id) as om:
+            steps = await asyncio.gather(*(om.step(f'c-{n}', [f'message {n}']) for n in range(50)))
+            pages = await asyncio.gather(*(om.messages(f'c-{n}') for n in range(50)))
+        assert all(s.thread_id == f'c-{n}' for n, s in enumerate(steps))
+        return [page.messages[0].text() for page in pages if len(page.messages) == 1]
+
+    texts = asyncio.run(run())
+
+    assert texts == [f'message {n}' for n in range(50)]
