@@ -42,6 +42,12 @@ class ServiceSettings(BaseModel):
     OM_REQUEST_TIME_BUDGET_S: float = Field(
         default=20.0, gt=0, le=28, description='Time a request may spend on models; API Gateway stops at ~29 s.'
     )
+    OM_LEASE_TTL_S: float = Field(
+        default=60.0,
+        gt=0,
+        le=900,
+        description='How long a lease lasts unless its holder renews it (about one model call).',
+    )
     OM_AUTH_MODE: Literal['iam', 'jwt', 'none'] = Field(default='iam', description='How callers are identified.')
     OM_AUTH_CLAIM: str = Field(default='sub', description='JWT claim that must equal resourceId (OM_AUTH_MODE=jwt).')
     OM_OFFLINE_FALLBACK: bool = Field(
@@ -161,6 +167,7 @@ def engine() -> MemoryEngine:
         blobs=S3BlobReader(s.OM_BUCKET_NAME),
         time_budget_s=s.OM_REQUEST_TIME_BUDGET_S,
         work=background_work(),
+        lease_ttl_s=s.OM_LEASE_TTL_S,
     )
 
 

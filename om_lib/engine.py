@@ -29,7 +29,7 @@ from om_lib.model_router import ModelRouter
 from om_lib.observation import ObservationPipeline, ResourceStrategy, ThreadStrategy
 from om_lib.parts import CycleParts
 from om_lib.ports import BlobReader, Clock, MemoryStore
-from om_lib.record_writer import RecordWriter
+from om_lib.record_writer import DEFAULT_LEASE_TTL_S, RecordWriter
 from om_lib.records import OMRecord, record_key
 from om_lib.reflection import Reflection, ReflectionRejectedError
 from om_lib.resource_view import ResourceView
@@ -63,6 +63,7 @@ class MemoryEngine:
         id_factory: Callable[[], str] | None = None,
         work: BackgroundWork | None = None,
         sleep: Callable[[float], None] | None = None,
+        lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
     ) -> None:
         self.config = config
         self.settings: ResolvedOMConfig = config.resolved()
@@ -73,7 +74,7 @@ class MemoryEngine:
             router=router,
             counter=counter,
             clock=clock,
-            writer=RecordWriter(store, clock, new_id),
+            writer=RecordWriter(store, clock, new_id, lease_ttl_s=lease_ttl_s),
             new_id=new_id,
             blobs=blobs,
             work=work,

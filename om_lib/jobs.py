@@ -85,7 +85,8 @@ class Jobs:
             backlogs = self.resource.backlogs(record, resource_id, current=thread_id)
             if backlogs:
                 chosen = self.resource.strategy.select(list(backlogs.values()), None)
-                record = self.pipeline.observe(record, chosen, limit, parts, can_defer=False)
+                # Another holder's run is waited for, then what it left is observed: a job never just gives up.
+                record = self.pipeline.observe(record, chosen, limit, parts, can_defer=False, due_at=1)
             if reflect and self.reflection.due(record) and self.resource.reflection_may_start(resource_id, cycle_start):
                 record = self._reflect_or_hand_off(record, thread_id, limit, parts)
             return record, parts

@@ -30,7 +30,13 @@ from om_lib import context as ctx
 from om_lib import observer as obs
 from om_lib import resource_scope as rs
 from om_lib.buffering import live_chunks
-from om_lib.errors import DeadlineExceededError, ModelError, ModelOutputError, VersionConflictError
+from om_lib.errors import (
+    DeadlineExceededError,
+    ModelError,
+    ModelOutputError,
+    ModelUnavailableError,
+    VersionConflictError,
+)
 from om_lib.llm import Content, InlineBlob, ModelRequest
 from om_lib.messages import Message
 from om_lib.parts import CycleParts, FailureReason, ObservationEnd, ObservationStart, ThreadUpdate
@@ -353,7 +359,8 @@ class ObserverCall:
                     parsed = {shown_ids[0]: alone}
             if not any(p.degenerate for p in parsed.values()):
                 by_real = {b.thread_id: parsed[codec.shown(b.thread_id)] for b in batch}
-                return {tid: p for tid, p in by_real.items() if p.covered}
+                # A section that is not an observation log covers nothing: that thread is asked about alone.
+                return {tid: p for tid, p in by_real.items() if p.covered and obs.observer_output_problem(p) is None}
             logger.warning('observer output degenerate', extra={'attempt': attempt + 1})
         raise ModelOutputError('the Observer produced degenerate output after a retry')
 
@@ -394,6 +401,8 @@ def _reason(exc: Exception) -> FailureReason:
         return 'timeout'
     if isinstance(exc, ModelOutputError):
         return 'invalid_output'
+    if isinstance(exc, ModelUnavailableError):
+        return 'model_unavailable'
     return 'error'
 
 
@@ -478,7 +487,7 @@ class ObservationPipeline:
         def needed(cur: OMRecord) -> bool:
             return any(cur.cursor(t) < seq for t, seq in wanted.items())
 
-        leased = rt.writer.take_lease(record, 'observing', cycle.cycle_id, needed, hold_s=rt.left(deadline))
+        leased = rt.writer.take_lease(record, 'observing', cycle.cycle_id, needed)
         if leased is None:
             fresh = rt.writer.fresh(record)
             busy = lease_active(fresh.observing, rt.clock.now()) and needed(fresh)
@@ -502,7 +511,8 @@ class ObservationPipeline:
                 )
             )
         try:
-            outcome = self.call.run(leased, ready, deadline)
+            with rt.writer.holding(leased, 'observing', cycle.cycle_id):
+                outcome = self.call.run(leased, ready, deadline)
         except Exception:
             # Anything but a model failure (e.g. reading an attachment back failed): free the record, then report.
             rt.writer.release_quietly(leased, 'observing', cycle.cycle_id)
