@@ -141,6 +141,15 @@ def test_gemini_adapter_transient_status_is_unavailable(
     assert len(server.calls) == 1  # the client did not retry on its own
 
 
+def test_gemini_adapter_reads_retry_after(server: FakeGemini, model: GeminiLanguageModel) -> None:
+    # Given a 429 that asks the client to wait 12 s
+    server.script(MODEL, FakeReply.error(429, 'slow down', retry_after='12'))
+    # Then the error carries it, for the router's backoff and the circuit breaker
+    with pytest.raises(ModelUnavailableError) as info:
+        model.generate(MODEL, request(), timeout_s=10)
+    assert info.value.retry_after_s == 12.0
+
+
 @pytest.mark.parametrize('status', [400, 403, 404])
 def test_gemini_adapter_client_error_is_request_error(
     server: FakeGemini, model: GeminiLanguageModel, status: int
