@@ -41,6 +41,7 @@ from botocore.exceptions import ClientError
 
 from om_lib.adapters import dynamodb_schema as schema
 from om_lib.adapters.aws_errors import aws_errors, error_code
+from om_lib.adapters.dynamodb_batch import batch_write
 from om_lib.adapters.s3_blobs import S3Blobs, resource_prefix, thread_prefix
 from om_lib.clock import SystemClock
 from om_lib.errors import (
@@ -1487,14 +1488,7 @@ class DynamoMemoryStore:
             self._batch_write(batch)
 
     def _batch_write(self, requests: list[Item]) -> None:
-        pending: dict[str, Any] = {self.table_name: requests}
-        for _ in range(10):
-            with aws_errors():
-                response = self.ddb.batch_write_item(RequestItems=pending)
-            pending = response.get('UnprocessedItems') or {}
-            if not pending:
-                return
-        raise StorageError('DynamoDB kept throttling a batch delete')
+        batch_write(self.ddb, self.table_name, requests, what='a batch delete')
 
 
 # ---------------------------------------------------------------------------------------------------------------------
