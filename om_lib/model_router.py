@@ -41,14 +41,15 @@ class _Circuit:
 class CircuitBreakers:
     """One circuit breaker per model, for this process (a Lambda container, the local stack).
 
-    After `threshold` consecutive transient failures of a model (timeouts, 429, 5xx, unreachable), calls to it fail at
-    once for a cooldown: the provider's `Retry-After` when it sent one, else `base_cooldown_s`, doubling on every
-    failed trial up to `max_cooldown_s`. Then one call goes through (half-open) while the others still fail fast: its
-    success closes the circuit, its failure opens it again. So during a brown-out a step answers at once, with its
-    raw messages and a `model_unavailable` failure, instead of paying every retry of a dead model; background work
-    backs off through its queue or workflow and catches up when the model is back. State is per process, not shared
-    across Lambda containers: each container learns on its own within `threshold` calls, which keeps the breaker off
-    the table's write path.
+    After `threshold` consecutive transient failures of a model (timeouts, 429, 5xx, unreachable), calls to it fail
+    at once for a cooldown: the provider's `Retry-After` when it sent one, else `base_cooldown_s`, doubling on every
+    failed trial up to `max_cooldown_s` (a long outage costs one trial call per 5 min at most). Then one call goes
+    through (half-open) while the others still fail fast: its success closes the circuit, its failure opens it again.
+
+    So during a brown-out a step answers at once, with its raw messages and a `model_unavailable` failure, instead of
+    paying every retry of a dead model; background work backs off through its queue or workflow and catches up when
+    the model is back. State is per process, not shared across Lambda containers: each container learns on its own
+    within `threshold` calls, which keeps the breaker off the table's write path.
     """
 
     def __init__(
@@ -235,8 +236,8 @@ class ModelRouter:
                 last_error = exc
                 retry_after = exc.retry_after_s if isinstance(exc, ModelUnavailableError) else None
                 self.breakers.failed(ref.name, retry_after_s=retry_after)
-                if transient_retries >= max_retries:
-                    raise
+                if transient_retries >= max_retries or self.breakers.is_open(ref.name):
+                    raise  # out of retries, or this failure opened the model's circuit: no point sleeping
                 # Honour the provider's Retry-After when it asks for longer than our backoff.
                 delay = max(self._backoff(transient_retries), retry_after or 0.0)
                 if self._clock.monotonic() + delay >= deadline:

@@ -53,6 +53,8 @@ WORKER_BUDGET_S = 600.0
 RUNNING_HINT_TTL = timedelta(minutes=2)
 # Below this much time left in a request, a due synchronous reflection is handed to the workflow instead.
 MIN_SYNC_REFLECTION_S = 2.0
+# Ladder retries for these reasons are about size (`not_under_target`); the others mean "not an observation log".
+SIZE_REASONS = frozenset({'over_target', 'not_smaller'})
 # A workflow run's lease covers its tasks and the retries between them (5 + 10 + 20 s of backoff, model calls).
 WORKFLOW_LEASE_S = 300.0
 
@@ -273,7 +275,10 @@ class Reflection:
                     info.error,
                     leased.id,
                     thread_id,
-                    reason='not_under_target',
+                    # Too big, or not an observation log at all (a refusal, prose, a loop, nothing).
+                    reason='not_under_target'
+                    if info.reason in ('over_target', 'not_smaller')
+                    else 'invalid_reflection',
                     retrying=True,
                 )
             )
@@ -290,7 +295,12 @@ class Reflection:
             )
             return ReflectionOutcome(released, 'failed')
         except ModelError as exc:
-            parts.add(rt.failed_part(cycle, 'reflection', snapshot_tokens, exc, leased.id, thread_id))
+            # Memory stays as it was; like a failed run, the next attempt waits (30 s doubling). An answer that was
+            # not an observation log says so (`invalid_reflection`).
+            reason: FailureReason | None = (
+                'invalid_reflection' if isinstance(exc, refl.InvalidReflectionError) else None
+            )
+            parts.add(rt.failed_part(cycle, 'reflection', snapshot_tokens, exc, leased.id, thread_id, reason=reason))
             released = rt.writer.release_lease(leased, 'reflecting', cycle.cycle_id, **self._backoff(leased))
             return ReflectionOutcome(released, 'failed')
         except Exception:

@@ -225,7 +225,12 @@ def test_model_router_deadline_stops_retries() -> None:
     # Given calls that each take 3 s and fail, and a 10 s deadline with generous retries
     clock = FakeClock()
     deadline = clock.mono + 10
-    router, provider = make_router(clock, {'gemini-2.5-flash': [unavailable()] * 10}, default_max_retries=8)
+    router, provider = make_router(
+        clock,
+        {'gemini-2.5-flash': [unavailable()] * 10},
+        default_max_retries=8,
+        breakers=CircuitBreakers(clock, threshold=100),  # (the breaker would stop the retries first)
+    )
     provider.call_s = 3.0
 
     # When the router keeps retrying
