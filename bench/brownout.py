@@ -16,15 +16,13 @@ calls made during the outage, and the tokens of messages said during the outage 
 from __future__ import annotations
 
 import argparse
-import heapq
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from om_lib.adapters.aws_work import retry_delay_s  # noqa: E402
+from bench.sim import SimWork  # noqa: E402
 from om_lib.adapters.memory_store import InMemoryStore  # noqa: E402
 from om_lib.adapters.tiktoken_counter import get_tokenizer  # noqa: E402
 from om_lib.clock import ManualClock  # noqa: E402
@@ -35,7 +33,6 @@ from om_lib.llm import ModelRequest, ModelResponse  # noqa: E402
 from om_lib.messages import Message  # noqa: E402
 from om_lib.model_router import ModelRouter  # noqa: E402
 from om_lib.tokens import TokenCounter  # noqa: E402
-from om_lib.work import Job  # noqa: E402
 
 TURN_PERIOD_S = 12.0
 ACTOR_S = 4.0
@@ -70,59 +67,10 @@ class BrownOutModel:
         return ModelResponse(text=f'<observations>\n{body}\n</observations>', model=model_id)
 
 
-@dataclass(order=True)
-class _Event:
-    at: float
-    order: int
-    job: Job = field(compare=False)
-    receives: int = field(default=1, compare=False)
-
-
-class Worker:
-    """One worker for the thread's FIFO group; a job whose model call failed comes back later (SQS backoff)."""
-
-    def __init__(self, clock: ManualClock) -> None:
-        self.clock = clock
-        self.events: list[_Event] = []
-        self.n = 0
-        self.engine: MemoryEngine | None = None
-
-    def submit(self, job: Job) -> None:
-        self.n += 1
-        heapq.heappush(self.events, _Event(self.clock.monotonic(), self.n, job))
-
-    def run_until(self, until: float) -> None:
-        assert self.engine is not None
-        while self.events and self.events[0].at <= until:
-            event = heapq.heappop(self.events)
-            self.clock.advance(max(0.0, event.at - self.clock.monotonic()))
-            failed = self._run(event.job)
-            if failed:
-                self.n += 1
-                again = self.clock.monotonic() + retry_delay_s(event.receives)
-                heapq.heappush(self.events, _Event(again, self.n, event.job, event.receives + 1))
-        self.clock.advance(max(0.0, until - self.clock.monotonic()))
-
-    def _run(self, job: Job) -> bool:
-        assert self.engine is not None
-        if job.kind == 'reflect':
-            owner = f'bench-{self.n}'
-            try:
-                if self.engine.workflow_check(job, owner).get('due'):
-                    if self.engine.workflow_reflect(job, owner).get('outcome') == 'reflected':
-                        self.engine.workflow_validate(job, owner)
-                        self.engine.workflow_commit(job, owner)
-            except ModelUnavailableError:
-                self.engine.workflow_release(job, owner)
-            return False  # the schedule and the next turn restart reflection (after the run's backoff)
-        parts = self.engine.run_job(job)
-        return any(f.get('reason') in ('error', 'timeout', 'model_unavailable') for f in parts.failures())
-
-
 def run(name: str, observation: dict[str, Any], *, steps: int, outage: tuple[int, int], failure_s: float) -> None:
     clock = ManualClock()
     model = BrownOutModel(clock, failure_s)
-    worker = Worker(clock)
+    worker = SimWork(clock, redeliver_failed=True)
     counter = TokenCounter(get_tokenizer())
     engine = MemoryEngine(
         OMConfig.model_validate(

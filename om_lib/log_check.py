@@ -28,8 +28,8 @@ _PRIORITY = re.compile(r'^(?:[🔴🟡🟢✅]\ufe0f?\s*)+')
 # Share of non-empty lines that may be prose (neither a header, an item nor a marker).
 MAX_PROSE_SHARE = 0.5
 # A log whose items are mostly one repeated line is a loop, however short.
-MIN_ITEMS_FOR_LOOP_CHECK = 4
-MAX_REPEATED_SHARE = 0.5
+MIN_ITEMS_FOR_LOOP_CHECK = 6
+MAX_REPEATED_SHARE = 0.6
 
 
 def _item_text(line: str) -> str | None:
@@ -52,7 +52,7 @@ def observation_log_problem(text: str) -> str | None:
     prose = [line for line in prose if not _STRUCTURE.match(line)]
     if len(prose) > MAX_PROSE_SHARE * len(lines):
         return f'the answer is mostly prose ({len(prose)} of {len(lines)} lines are not observations)'
-    if len(items) >= MIN_ITEMS_FOR_LOOP_CHECK:
+    if len(items) >= MIN_ITEMS_FOR_LOOP_CHECK:  # a real loop repeats itself many times; a sloppy log, a few
         _, repeats = Counter(t.lower() for t in items).most_common(1)[0]
         if repeats > MAX_REPEATED_SHARE * len(items):
             return f'the answer repeats one observation ({repeats} of {len(items)} lines)'

@@ -286,7 +286,9 @@ class ObserverCall:
             source_observations=context_text,
         )
         try:
-            # A degenerate or unusable answer gets one fresh sample, then counts as a failed call (spec §13.6).
+            # An unusable answer (empty, a loop, a refusal, prose) gets one fresh sample, then counts as a failed call
+            # (spec §13.6): it never becomes memory.
+            problem = ''
             for attempt in range(2):
                 response = self.rt.router.generate(
                     s.observer_model, request, input_tokens=backlog.tokens, deadline=deadline
@@ -294,10 +296,9 @@ class ObserverCall:
                 parsed = obs.parse_observer_output(response.text)
                 if not obs.is_unusable_observer_output(parsed):
                     return ObserverOutcome(observed=[ThreadObservation(backlog, parsed)])
-                logger.warning(
-                    'observer output unusable', extra={'attempt': attempt + 1, 'degenerate': parsed.degenerate}
-                )
-            raise ModelOutputError('the Observer produced no usable observations (empty or degenerate) after a retry')
+                problem = obs.observer_output_problem(parsed) or 'the answer has neither tags nor observation lines'
+                logger.warning('observer output unusable', extra={'attempt': attempt + 1, 'problem': problem})
+            raise ModelOutputError(f'the Observer answered twice without usable observations: {problem}')
         except (ModelError, DeadlineExceededError) as exc:
             logger.warning('observation failed', extra={'thread_id': backlog.thread_id, 'error': str(exc)})
             return ObserverOutcome(failed=[ThreadFailure(backlog, exc, _reason(exc))])
