@@ -1,21 +1,36 @@
-"""The one Powertools Logger and Metrics pair every handler shares (no Tracer: its import costs 0.1-0.45 s).
+"""The one Powertools Logger, Metrics and Tracer every handler shares, and the business metrics derived from parts.
 
-Business metrics are emitted from handlers only, derived from the `data-om-*` parts the engine returns.
+Business metrics are emitted from handlers only, derived from the `data-om-*` parts the engine returns (and, for the
+reflection workflow, from its tasks' results). Failures are counted per `reason` (CONTRACT §2), a dimension, so the
+alarms can tell a broken model (`error`, `timeout`) from the system working as designed (`deferred`, `conflict`, ...).
+
+Tracing: X-Ray active tracing (the deployed functions) records each invocation; the Tracer adds a subsegment per AWS
+call and model request. Its SDK import and patching cost ~60 ms, so they happen on the first traced invocation, not
+at import (and during a SnapStart init, where they cost no request anything: `warm_tracing`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
 import warnings
-from collections.abc import Iterable
-from typing import Any
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
-from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
 
 SERVICE = os.environ.get('POWERTOOLS_SERVICE_NAME', 'observational-memory')
 NAMESPACE = 'ObservationalMemory'
+OBSERVATION_FAILURES = 'ObservationFailures'
+REFLECTION_FAILURES = 'ReflectionFailures'
+# What the tracer patches: AWS calls (botocore) and the model SDK's HTTP client (google-genai uses httpx).
+TRACED_MODULES = ('botocore', 'httpx')
+
+Handler = TypeVar('Handler', bound=Callable[..., Any])
 
 
 class _EmfProvider(AmazonCloudWatchEMFProvider):
@@ -33,26 +48,113 @@ class _EmfProvider(AmazonCloudWatchEMFProvider):
 
 logger = Logger(service=SERVICE)
 metrics = Metrics(provider=_EmfProvider(namespace=NAMESPACE, service=SERVICE))
+# auto_patch=False: creating the Tracer imports nothing heavy; `_patch_once` does the patching when first needed.
+tracer = Tracer(service=SERVICE, auto_patch=False)
+_patched = False
+_patch_lock = threading.Lock()
 
 
-def record_parts_metrics(parts: Iterable[dict[str, Any]]) -> None:
+def _patch_once() -> None:
+    global _patched
+    if _patched:
+        return
+    with _patch_lock:
+        if not _patched:
+            tracer.patch(modules=TRACED_MODULES)
+            _patched = True
+
+
+def warm_tracing() -> None:
+    """Import the X-Ray SDK and patch the traced modules now (a SnapStart init: free for requests)."""
+    if not tracer.disabled:
+        _patch_once()
+
+
+def traced(handler: Handler) -> Handler:
+    """Trace `handler` (Powertools' `capture_lambda_handler`), patching AWS and model calls on its first call.
+
+    Responses are never put in traces (they hold users' conversations); exceptions are, by type and message.
+    """
+    captured = tracer.capture_lambda_handler(handler, capture_response=False)
+
+    @functools.wraps(handler)
+    def wrapper(event: Any, context: Any) -> Any:
+        if not tracer.disabled:
+            _patch_once()
+        return captured(event, context)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def record_parts_metrics(parts: Iterable[Mapping[str, Any]]) -> None:
     """Count what the engine did in this request, from its `data-om-*` parts.
 
     `ModelCalls` counts Observer/Reflector cycles that started (one per cycle, retries inside it not included);
-    callers add the Actor's calls themselves.
+    callers add the Actor's calls themselves. Completed observations give `TokensObserved` (messages in) and
+    `ObservationTokens` (observations out), reflections `ReflectionInputTokens` / `ReflectionOutputTokens`, each
+    cycle its duration (mostly the model call). Failed cycles, synchronous or buffered, count in
+    `ObservationFailures` / `ReflectionFailures` with their `reason`.
     """
-    completed = tokens_observed = observation_tokens = model_calls = 0
+    totals: Counter[str] = Counter()
+    durations: list[tuple[str, int]] = []
+    failures: Counter[tuple[str, str]] = Counter()
     for part in parts:
         kind, data = part.get('type'), part.get('data') or {}
+        reflection = data.get('operationType') == 'reflection'
         if kind == 'data-om-observation-start':
-            model_calls += 1
+            totals['ModelCalls'] += 1
+        elif kind == 'data-om-observation-end' and reflection:
+            totals['ReflectionsCompleted'] += 1
+            totals['ReflectionInputTokens'] += int(data.get('tokensObserved') or 0)
+            totals['ReflectionOutputTokens'] += int(data.get('observationTokens') or 0)
+            durations.append(('ReflectionDurationMs', int(data.get('durationMs') or 0)))
         elif kind == 'data-om-observation-end':
-            completed += 1
-            tokens_observed += int(data.get('tokensObserved') or 0)
-            observation_tokens += int(data.get('observationTokens') or 0)
-    if model_calls:
-        metrics.add_metric(name='ModelCalls', unit=MetricUnit.Count, value=model_calls)
-    if completed:
-        metrics.add_metric(name='ObservationsCompleted', unit=MetricUnit.Count, value=completed)
-        metrics.add_metric(name='TokensObserved', unit=MetricUnit.Count, value=tokens_observed)
-        metrics.add_metric(name='ObservationTokens', unit=MetricUnit.Count, value=observation_tokens)
+            totals['ObservationsCompleted'] += 1
+            totals['TokensObserved'] += int(data.get('tokensObserved') or 0)
+            totals['ObservationTokens'] += int(data.get('observationTokens') or 0)
+            durations.append(('ObservationDurationMs', int(data.get('durationMs') or 0)))
+        elif kind in ('data-om-observation-failed', 'data-om-buffering-failed'):
+            name = REFLECTION_FAILURES if reflection else OBSERVATION_FAILURES
+            failures[(name, str(data.get('reason') or 'error'))] += 1
+    for name, value in totals.items():
+        if value:
+            metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    for name, value in durations:
+        metrics.add_metric(name=name, unit=MetricUnit.Milliseconds, value=value)
+    for (name, reason), count in failures.items():
+        record_failure(name, reason, count)
+
+
+def record_failure(name: str, reason: str, count: int = 1) -> None:
+    """`count` failures of `name` (ObservationFailures / ReflectionFailures) with dimensions `service` and `reason`.
+
+    Its own EMF document (a reason is a dimension of this metric only, not of the request's other metrics).
+    """
+    with single_metric(
+        name=name,
+        unit=MetricUnit.Count,
+        value=count,
+        namespace=NAMESPACE,
+        default_dimensions={'service': SERVICE, 'reason': reason},
+    ):
+        pass
+
+
+# The workflow's failure path receives the name of the error that sent it there (the ASL's Catch).
+_WORKFLOW_FAILURE_REASONS = {
+    'DeadlineExceededError': 'timeout',
+    'States.Timeout': 'timeout',
+    'States.HeartbeatTimeout': 'timeout',
+    'ReflectionRejectedError': 'rejected',
+}
+
+
+def record_workflow_metrics(task: str, result: Mapping[str, Any], error: str | None = None) -> None:
+    """Reflection workflow outcomes: a committed generation, a log that would not shrink, a run that failed."""
+    if task == 'commit' and result.get('outcome') == 'committed':
+        with single_metric(name='ReflectionsCompleted', unit=MetricUnit.Count, value=1, namespace=NAMESPACE):
+            pass
+    elif task == 'reflect' and result.get('outcome') == 'not_smaller':
+        record_failure(REFLECTION_FAILURES, 'not_smaller')
+    elif task == 'release':
+        record_failure(REFLECTION_FAILURES, _WORKFLOW_FAILURE_REASONS.get(error or '', 'error'))

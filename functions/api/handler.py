@@ -9,7 +9,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _wiring
-from functions._observability import logger, metrics
+from functions._observability import logger, metrics, traced
 from functions.api import attachments, edge, errors, meta, recall_route, routes, threads, working_memory_route
 
 app = APIGatewayRestResolver(enable_validation=True)
@@ -36,5 +36,6 @@ if os.environ.get('AWS_LAMBDA_FUNCTION_NAME'):
 
 @logger.inject_lambda_context
 @metrics.log_metrics
+@traced
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return edge.refuse_early(event) or app.resolve(event, context)

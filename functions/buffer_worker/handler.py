@@ -17,7 +17,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _wiring
-from functions._observability import logger, metrics, record_parts_metrics
+from functions._observability import logger, metrics, record_parts_metrics, traced
 from om_lib.errors import ErasedError, OMError, ThreadNotFoundError
 from om_lib.work import Job
 
@@ -84,6 +84,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
 
 @logger.inject_lambda_context
 @metrics.log_metrics
+@traced
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
 
