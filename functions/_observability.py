@@ -83,6 +83,7 @@ def traced(handler: Handler) -> Handler:
             _patch_once()
         return captured(event, context)
 
+    wrapper.om_traced = True  # type: ignore[attr-defined] - lets tests see the handler is traced under other decorators
     return wrapper  # type: ignore[return-value]
 
 

@@ -161,9 +161,7 @@ class MemoryApi(Construct):
         )
         plan.add_api_stage(stage=self.api.deployment_stage)
         for name in self.api_keys:
-            plan.add_api_key(
-                self.api.add_api_key(f'ApiKey{name.title().replace("-", "")}', api_key_name=f'{name}', enabled=True)
-            )
+            plan.add_api_key(self.api.add_api_key(f'ApiKey{name.title().replace("-", "")}', api_key_name=name))
         return plan
 
     def _acknowledge_findings(self) -> None:
