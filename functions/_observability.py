@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
 
 SERVICE = os.environ.get('POWERTOOLS_SERVICE_NAME', 'observational-memory')
@@ -131,12 +132,15 @@ def record_failure(name: str, reason: str, count: int = 1) -> None:
 
     Its own EMF document (a reason is a dimension of this metric only, not of the request's other metrics).
     """
+    _single(name, count, {'service': SERVICE, 'reason': reason})
+
+
+def _single(name: str, value: float, dimensions: dict[str, str]) -> None:
+    # single_metric prints at once and ignores POWERTOOLS_METRICS_DISABLED; the shared Metrics honours it.
+    if is_metrics_disabled():
+        return
     with single_metric(
-        name=name,
-        unit=MetricUnit.Count,
-        value=count,
-        namespace=NAMESPACE,
-        default_dimensions={'service': SERVICE, 'reason': reason},
+        name=name, unit=MetricUnit.Count, value=value, namespace=NAMESPACE, default_dimensions=dimensions
     ):
         pass
 
@@ -153,8 +157,7 @@ _WORKFLOW_FAILURE_REASONS = {
 def record_workflow_metrics(task: str, result: Mapping[str, Any], error: str | None = None) -> None:
     """Reflection workflow outcomes: a committed generation, a log that would not shrink, a run that failed."""
     if task == 'commit' and result.get('outcome') == 'committed':
-        with single_metric(name='ReflectionsCompleted', unit=MetricUnit.Count, value=1, namespace=NAMESPACE):
-            pass
+        _single('ReflectionsCompleted', 1, {'service': SERVICE})
     elif task == 'reflect' and result.get('outcome') == 'not_smaller':
         record_failure(REFLECTION_FAILURES, 'not_smaller')
     elif task == 'release':

@@ -31,7 +31,7 @@ _ACTIONS = {
     ('sqs', 'SendMessageBatch'): 'sqs:SendMessage',
     ('sqs', 'DeleteMessageBatch'): 'sqs:DeleteMessage',
 }
-_PREFIXES = {'sfn': 'states'}
+_PREFIXES = {'stepfunctions': 'states'}
 # Operations that accept ReturnConsumedCapacity.
 _CAPACITY_OPERATIONS = frozenset(
     {
