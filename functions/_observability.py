@@ -5,8 +5,8 @@ reflection workflow, from its tasks' results). Failures are counted per `reason`
 alarms can tell a broken model (`error`, `timeout`) from the system working as designed (`deferred`, `conflict`, ...).
 
 Tracing: X-Ray active tracing (the deployed functions) records each invocation; the Tracer adds a subsegment per AWS
-call and model request. Its SDK import and patching cost ~60 ms, so they happen on the first traced invocation, not
-at import (and during a SnapStart init, where they cost no request anything: `warm_tracing`).
+call and per Gemini request. The X-Ray SDK's import and patching (~40 ms in Lambda) happen on the first traced
+invocation, not at import (and during a SnapStart init, where they cost no request anything: `warm_tracing`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ SERVICE = os.environ.get('POWERTOOLS_SERVICE_NAME', 'observational-memory')
 NAMESPACE = 'ObservationalMemory'
 OBSERVATION_FAILURES = 'ObservationFailures'
 REFLECTION_FAILURES = 'ReflectionFailures'
-# What the tracer patches: AWS calls (botocore) and the model SDK's HTTP client (google-genai uses httpx).
-TRACED_MODULES = ('botocore', 'httpx')
+# What the tracer patches: every AWS call (botocore). Model calls get a subsegment at the adapter (`_patch_once`):
+# google-genai may run on httpx2, which the X-Ray SDK cannot patch.
+TRACED_MODULES = ('botocore',)
 
 Handler = TypeVar('Handler', bound=Callable[..., Any])
 
@@ -49,40 +50,62 @@ class _EmfProvider(AmazonCloudWatchEMFProvider):
 
 logger = Logger(service=SERVICE)
 metrics = Metrics(provider=_EmfProvider(namespace=NAMESPACE, service=SERVICE))
-# auto_patch=False: creating the Tracer imports nothing heavy; `_patch_once` does the patching when first needed.
-tracer = Tracer(service=SERVICE, auto_patch=False)
 _patched = False
-_patch_lock = threading.Lock()
+_lock = threading.Lock()
+_TRUE = frozenset({'1', 'true', 'yes', 'on'})
 
 
-def _patch_once() -> None:
+@functools.cache
+def tracer() -> Tracer | None:
+    """The Tracer where tracing is on (a Lambda runtime, POWERTOOLS_TRACE_DISABLED unset), else None.
+
+    Built on first use, not at import: a disabled Tracer still imports the X-Ray SDK, whose non-Lambda sampler builds
+    a botocore client (~0.15-0.4 s in every test and local-stack process for nothing).
+    """
+    if not os.environ.get('LAMBDA_TASK_ROOT') or os.environ.get('POWERTOOLS_TRACE_DISABLED', '').lower() in _TRUE:
+        return None
+    return Tracer(service=SERVICE, auto_patch=False)
+
+
+def _patch_once(active: Tracer) -> None:
     global _patched
     if _patched:
         return
-    with _patch_lock:
+    with _lock:
         if not _patched:
-            tracer.patch(modules=TRACED_MODULES)
+            active.patch(modules=TRACED_MODULES)
+            from om_lib.adapters.gemini_model import GeminiLanguageModel
+
+            GeminiLanguageModel.generate = active.capture_method(  # type: ignore[method-assign]
+                GeminiLanguageModel.generate, capture_response=False
+            )
             _patched = True
 
 
 def warm_tracing() -> None:
-    """Import the X-Ray SDK and patch the traced modules now (a SnapStart init: free for requests)."""
-    if not tracer.disabled:
-        _patch_once()
+    """Import the X-Ray SDK and patch the traced calls now (a SnapStart init: free for requests)."""
+    active = tracer()
+    if active is not None:
+        _patch_once(active)
 
 
 def traced(handler: Handler) -> Handler:
-    """Trace `handler` (Powertools' `capture_lambda_handler`), patching AWS and model calls on its first call.
+    """Trace `handler` with Powertools' `capture_lambda_handler`, patching AWS and model calls on its first call.
 
-    Responses are never put in traces (they hold users' conversations); exceptions are, by type and message.
+    Responses are never put in traces (they hold users' conversations); exceptions are, by type and message. Where
+    tracing is off the handler runs as is.
     """
-    captured = tracer.capture_lambda_handler(handler, capture_response=False)
+    captured: list[Callable[..., Any]] = []
 
     @functools.wraps(handler)
     def wrapper(event: Any, context: Any) -> Any:
-        if not tracer.disabled:
-            _patch_once()
-        return captured(event, context)
+        active = tracer()
+        if active is None:
+            return handler(event, context)
+        if not captured:
+            _patch_once(active)
+            captured.append(active.capture_lambda_handler(handler, capture_response=False))
+        return captured[0](event, context)
 
     wrapper.om_traced = True  # type: ignore[attr-defined] - lets tests see the handler is traced under other decorators
     return wrapper  # type: ignore[return-value]
