@@ -14,6 +14,7 @@ deployed role grants).
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 from collections import Counter, defaultdict
@@ -48,6 +49,8 @@ _CAPACITY_OPERATIONS = frozenset(
     }
 )
 _READS = frozenset({'GetItem', 'Query', 'Scan', 'BatchGetItem', 'TransactGetItems'})
+_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]*')
+_FIRST_ONLY = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*if_not_exists\(\s*\1\s*,[^)]*\)')
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class AwsCall:
     status: int
     read_units: float = 0.0
     write_units: float = 0.0
+    index_write_units: float = 0.0
     messages: int = 0
     bytes_sent: int = 0
 
@@ -150,8 +154,9 @@ class AwsMeter:
         status = int(getattr(http_response, 'status_code', 0) or 0)
         prefix = _PREFIXES.get(service, service)
         action = _ACTIONS.get((service, operation), f'{prefix}:{operation}')
-        reads = writes = 0.0
+        reads = writes = index_writes = 0.0
         if service == 'dynamodb':
+            index_writes = _index_write_units(operation, params)
             units = _capacity(parsed.get('ConsumedCapacity'))
             if operation in _READS:
                 reads = units
@@ -173,6 +178,7 @@ class AwsMeter:
             status=status,
             read_units=reads,
             write_units=writes,
+            index_write_units=index_writes,
             messages=messages,
             bytes_sent=_body_bytes(params),
         )
@@ -212,6 +218,72 @@ class AwsMeter:
 def _keep_params(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
     # The parameters as the caller passed them (after-call sees only the parsed response).
     context['om_meter_params'] = dict(params)
+
+
+def _index_keys() -> list[tuple[str, frozenset[str], bool]]:
+    """`(index, key attributes, projects the whole item)` of the table's indexes."""
+    from om_lib.adapters import dynamodb_schema as schema
+
+    found = []
+    for index in (*schema.LOCAL_SECONDARY_INDEXES, *schema.GLOBAL_SECONDARY_INDEXES):
+        keys = frozenset(k['AttributeName'] for k in index['KeySchema']) - {schema.PK, schema.SK}
+        found.append((index['IndexName'], keys, index['Projection']['ProjectionType'] == 'ALL'))
+    return found
+
+
+def _index_write_units(operation: str, params: dict[str, Any]) -> float:
+    """An estimate of the index writes of one write, from the request (dynalite counts the table's only).
+
+    A put writes every index whose keys the item has (the whole item's size for an ALL projection, 1 unit for the
+    keys-only ones); an update that sets an index key moves the entry (2 units), one that removes it deletes it (1),
+    and `k = if_not_exists(k, v)` counts as no change. An update of other attributes of an item in an ALL-projection
+    index (LSI1) also rewrites its index copy; that is not visible in the request and not counted (an underestimate).
+    """
+    units = 0.0
+    if operation == 'PutItem':
+        item = params.get('Item') or {}
+        size = _item_size(item)
+        for _, keys, whole in _index_keys():
+            if keys and keys <= set(item):
+                units += math.ceil(size / 1024) if whole else 1
+    elif operation == 'UpdateItem':
+        expression = str(params.get('UpdateExpression') or '')
+        names = params.get('ExpressionAttributeNames') or {}
+        for alias, name in names.items():
+            expression = expression.replace(alias, name)
+        set_part, _, remove_part = expression.partition('REMOVE')
+        # `k = if_not_exists(k, v)` writes an index key only the first time: after that the entry does not move.
+        first_only = set(_FIRST_ONLY.findall(set_part))
+        set_names = set(_NAME.findall(_FIRST_ONLY.sub('', set_part))) - first_only
+        remove_names = set(_NAME.findall(remove_part))
+        for _, keys, _whole in _index_keys():
+            if keys & set_names:
+                units += 2
+            elif keys & remove_names:
+                units += 1
+    elif operation == 'BatchWriteItem':
+        for requests in (params.get('RequestItems') or {}).values():
+            for request in requests:
+                if 'PutRequest' in request:
+                    units += _index_write_units('PutItem', {'Item': request['PutRequest']['Item']})
+    return units
+
+
+def _item_size(item: dict[str, Any]) -> int:
+    return sum(len(name.encode()) + _value_size(value) for name, value in item.items())
+
+
+def _value_size(value: dict[str, Any]) -> int:
+    kind, raw = next(iter(value.items()))
+    if kind in ('S', 'N'):
+        return len(str(raw).encode())
+    if kind == 'B':
+        return len(raw)
+    if kind == 'L':
+        return 3 + sum(1 + _value_size(v) for v in raw)
+    if kind == 'M':
+        return 3 + sum(1 + len(k.encode()) + _value_size(v) for k, v in raw.items())
+    return 1
 
 
 def _capacity(consumed: Any) -> float:
