@@ -21,12 +21,14 @@ moto and dynalite over loopback. The sweeper's schedule, the event source's idle
 and the dashboard cost per month, not per turn: they are listed apart. Prices: bench/prices.json (dated).
 
 Scenarios: `thread-sync` (observation.bufferTokens false), `thread-buffered` (the defaults: async buffering on),
-`resource-sync` (scope resource, 4 threads of one user taking turns; async buffering is thread scope only).
+`resource-sync` (scope resource, 2 threads of one user taking turns; async buffering is thread scope only).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -48,7 +50,7 @@ FUNCTIONS = ('api', 'buffer_worker', 'reflection', 'sweeper')
 SCENARIOS: dict[str, tuple[dict[str, Any], int]] = {
     'thread-sync': ({'model': 'default', 'observation': {'bufferTokens': False}}, 1),
     'thread-buffered': ({'model': 'default'}, 1),
-    'resource-sync': ({'model': 'default', 'scope': 'resource'}, 4),
+    'resource-sync': ({'model': 'default', 'scope': 'resource'}, 2),
 }
 THINKING = {'observer': 215, 'reflector': 1024}
 VOCAB = (
@@ -195,7 +197,9 @@ def run_scenario(name: str, turns: int, model_latency_s: float, dynamo_endpoint:
             stack = local_stack.LocalStack(port=0, config=config, env=env, sweep_interval_s=None, names=names).start()
             try:
                 meter.reset()  # the stack's own set-up is not the conversation's
-                converse(stack, turns, threads, units)
+                # The functions' EMF metric lines go to stdout, as in Lambda; they are not this report.
+                with contextlib.redirect_stdout(io.StringIO()):
+                    converse(stack, turns, threads, units)
                 units.transitions, units.executions = transitions(stack)
             finally:
                 stack.stop()
@@ -336,14 +340,82 @@ def report(results: dict[str, Units]) -> None:
     )
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# Scale: where the first limit bites (docs/capacity.md explains each line)
+# ---------------------------------------------------------------------------------------------------------------------
+SECONDS_PER_TURN = 30  # an active thread takes a turn every 30 s (the user reads, types; the Actor answers)
+API_MS_PER_REQUEST_AWS = 60  # a step or turn in Lambda: ~6 DynamoDB calls of ~5-10 ms plus the handler's own work
+LIMITS = {
+    # (what, per second, where it comes from)
+    'waf_per_ip': (6000 / 300, 'our WAF rule: 6,000 requests per IP per 5 min, if the clients share one IP'),
+    'stage': (50, 'our stage throttle: 50 requests/s, burst 100 (-c apiRateLimit)'),
+    'worker_concurrency': (10, 'our event source maximum concurrency: 10 worker invocations (QUEUE_MAX_CONCURRENCY)'),
+    'api_gateway_account': (10_000, 'API Gateway: 10,000 requests/s per account and region (soft)'),
+    'lambda_concurrency': (1_000, 'Lambda: 1,000 concurrent executions per account and region (soft)'),
+    'table_reads': (40_000, 'DynamoDB on-demand: 40,000 read request units/s per table (soft)'),
+    'table_writes': (40_000, 'DynamoDB on-demand: 40,000 write request units/s per table (soft)'),
+    'attention_shards': (4 * 1_000, 'GSI2 (attention): 4 shards x 1,000 WCU/s per partition (ATTENTION_SHARDS)'),
+}
+
+
+def capacity(units: Units, model_latency_s: float) -> list[tuple[str, float]]:
+    """Per limit: how many active threads it holds, from one scenario's measured units per turn."""
+    turn_rate_per_thread = 1 / SECONDS_PER_TURN
+
+    def busy_s(function: str) -> float:  # seconds a turn keeps `function` running (its model waits included)
+        return (units.billed_ms[function] + units.model_wait_ms[function]) / 1000 / units.turns
+
+    per_turn = {
+        'requests': units.api_requests / units.turns,
+        'reads': units.read_units / units.turns,
+        'writes': (units.write_units + units.index_write_units) / units.turns,
+        'worker_s': busy_s('buffer_worker'),
+        'background_s': busy_s('buffer_worker') + busy_s('reflection'),
+    }
+    # Each append (2 a turn) moves the thread's attention entry: 2 write units on GSI2.
+    attention_writes = 2 * 2
+    holds = {
+        'waf_per_ip': LIMITS['waf_per_ip'][0] / per_turn['requests'],
+        'stage': LIMITS['stage'][0] / per_turn['requests'],
+        'api_gateway_account': LIMITS['api_gateway_account'][0] / per_turn['requests'],
+        'lambda_concurrency': LIMITS['lambda_concurrency'][0]
+        / (per_turn['requests'] * API_MS_PER_REQUEST_AWS / 1000 + per_turn['background_s']),
+        'table_reads': LIMITS['table_reads'][0] / per_turn['reads'],
+        'table_writes': LIMITS['table_writes'][0] / per_turn['writes'],
+        'attention_shards': LIMITS['attention_shards'][0] / attention_writes,
+    }
+    if per_turn['worker_s']:
+        holds['worker_concurrency'] = LIMITS['worker_concurrency'][0] / per_turn['worker_s']
+    # turns/s a limit holds -> active threads at one turn per SECONDS_PER_TURN
+    return sorted(((name, turns / turn_rate_per_thread) for name, turns in holds.items()), key=lambda item: item[1])
+
+
+def report_capacity(results: dict[str, Units], model_latency_s: float) -> None:
+    print(f'\nActive threads each limit holds (a turn every {SECONDS_PER_TURN} s per thread; docs/capacity.md)')
+    for name, units in results.items():
+        print(f'  {name}:')
+        for limit, threads in capacity(units, model_latency_s):
+            print(f'    {threads:>12,.0f}  {LIMITS[limit][1]}')
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--turns', type=int, default=200)
     parser.add_argument('--model-latency', type=float, default=4.0, help='seconds a Lambda waits per model call')
     parser.add_argument('--scenarios', nargs='*', choices=list(SCENARIOS), default=list(SCENARIOS))
     parser.add_argument('--json', help='also write the units per scenario to this file')
+    parser.add_argument('--from-json', help='report from units written by --json instead of running')
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        results = {
+            name: Units(**{k: Counter(v) if isinstance(v, dict) else v for k, v in data.items()})
+            for name, data in saved.items()
+        }
+        report(results)
+        report_capacity(results, args.model_latency)
+        return 0
     os.environ.setdefault('AWS_DEFAULT_REGION', 'us-east-1')
     for name in ('AWS_ENDPOINT_URL', 'GEMINI_API_KEY', 'GOOGLE_API_KEY', 'OM_CONFIG_FILE'):
         os.environ.pop(name, None)
@@ -354,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = run_scenario(name, args.turns, args.model_latency, endpoint)
             print(f'{name}: {args.turns} turns in {time.perf_counter() - t0:.0f} s', flush=True)
     report(results)
+    report_capacity(results, args.model_latency)
     if args.json:
         data = {
             name: {k: (dict(v) if isinstance(v, Counter) else v) for k, v in vars(u).items()}

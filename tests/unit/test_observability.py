@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pytest
@@ -97,3 +98,45 @@ def test_workflow_outcomes_are_counted(
     (doc,) = docs
     name, reason = expected
     assert name in doc and doc.get('reason') == reason
+
+
+def test_a_traced_handler_sends_its_subsegments_to_the_xray_daemon(tmp_path: Any) -> None:
+    # Given a Lambda-like environment (task root, trace header, a daemon address on a local UDP socket), when a
+    # traced handler runs, then the X-Ray SDK is patched and the handler's subsegment reaches the daemon, without the
+    # response. A fresh process: tracing and patching are process-wide.
+    import socket
+    import subprocess
+    import sys
+
+    daemon = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    daemon.bind(('127.0.0.1', 0))
+    daemon.settimeout(10)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(('POWERTOOLS_TRACE', 'AWS_XRAY'))},
+        'LAMBDA_TASK_ROOT': str(tmp_path),
+        'AWS_LAMBDA_FUNCTION_NAME': 'om-test',
+        'AWS_XRAY_DAEMON_ADDRESS': f'127.0.0.1:{daemon.getsockname()[1]}',
+        '_X_AMZN_TRACE_ID': 'Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1',
+        'POWERTOOLS_SERVICE_NAME': 'om-test',
+    }
+    code = (
+        'from functions import _observability as obs\n'
+        '@obs.traced\n'
+        'def lambda_handler(event, context):\n'
+        "    return {'secret': 'user text'}\n"
+        'print(lambda_handler({}, None), obs._patched)\n'
+    )
+    try:
+        result = subprocess.run(
+            [sys.executable, '-c', code], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip().endswith('True')  # botocore and the Gemini adapter were patched
+        payload = daemon.recv(65536).decode()
+    finally:
+        daemon.close()
+    header, _, body = payload.partition('\n')
+    assert json.loads(header) == {'format': 'json', 'version': 1}
+    segment = json.loads(body)
+    assert segment['name'] == '## lambda_handler' and segment['annotations']['ColdStart'] is True
+    assert 'user text' not in payload
