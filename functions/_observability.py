@@ -76,9 +76,8 @@ def _patch_once(active: Tracer) -> None:
             active.patch(modules=TRACED_MODULES)
             from om_lib.adapters.gemini_model import GeminiLanguageModel
 
-            GeminiLanguageModel.generate = active.capture_method(  # type: ignore[method-assign]
-                GeminiLanguageModel.generate, capture_response=False
-            )
+            trace_call = active.capture_method(capture_response=False)
+            GeminiLanguageModel.generate = trace_call(GeminiLanguageModel.generate)  # type: ignore[method-assign]
             _patched = True
 
 
@@ -107,7 +106,8 @@ def traced(handler: Handler) -> Handler:
             captured.append(active.capture_lambda_handler(handler, capture_response=False))
         return captured[0](event, context)
 
-    wrapper.om_traced = True  # type: ignore[attr-defined] - lets tests see the handler is traced under other decorators
+    # Lets tests see the handler is traced under other decorators (functools.wraps copies __dict__ outwards).
+    wrapper.__dict__['om_traced'] = True
     return wrapper  # type: ignore[return-value]
 
 
