@@ -168,13 +168,6 @@ def test_the_workflow_retries_throttling_with_backoff_and_jitter() -> None:
     assert states['Release']['Parameters']['Payload']['error.$'] == '$.error.Error'
 
 
-def test_the_gemini_adapter_reports_a_rate_limit_as_throttling() -> None:
-    from om_lib.errors import ModelThrottledError, ModelUnavailableError
-
-    # Throttling is a kind of unavailability (every existing retry still applies), named so the ASL can tell it apart.
-    assert issubclass(ModelThrottledError, ModelUnavailableError) and ModelThrottledError.retryable
-
-
 # ---- 6. tracing, alarms, dashboard -----------------------------------------------------------------------------------
 
 
