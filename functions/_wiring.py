@@ -34,6 +34,9 @@ class ServiceSettings(BaseModel):
 
     OM_TABLE_NAME: str = Field(description='The DynamoDB memory table.')
     OM_BUCKET_NAME: str = Field(description='The S3 bucket for offloaded values and attachments.')
+    OM_BUCKET_KMS_KEY_ARN: str | None = Field(
+        default=None, description="The bucket's KMS key (deployed stacks): objects are written with SSE-KMS under it."
+    )
     OM_WORK_QUEUE_URL: str | None = Field(default=None, description='SQS work queue for background observation.')
     OM_REFLECTION_STATE_MACHINE_ARN: str | None = Field(default=None, description='The reflection workflow.')
     OM_GEMINI_SECRET_ARN: str | None = Field(
@@ -78,6 +81,8 @@ def store() -> DynamoMemoryStore:
     from om_lib.adapters.dynamodb_store import DynamoMemoryStore
 
     s = settings()
+    if s.OM_BUCKET_KMS_KEY_ARN:
+        return DynamoMemoryStore(s.OM_TABLE_NAME, s.OM_BUCKET_NAME, sse='aws:kms', kms_key_id=s.OM_BUCKET_KMS_KEY_ARN)
     return DynamoMemoryStore(s.OM_TABLE_NAME, s.OM_BUCKET_NAME)
 
 
@@ -280,6 +285,10 @@ def init(*, tokenizer: bool | None = True, models: bool | None = None) -> None:
         preload()
     if models or (models is None and warm_all):
         _warm_models()
+    if warm_all:
+        from functions._observability import warm_tracing
+
+        warm_tracing()
 
 
 def reset() -> None:

@@ -134,6 +134,12 @@ class ModelUnavailableError(ModelError):
         self.circuit_open = circuit_open
 
 
+class ModelThrottledError(ModelUnavailableError):
+    """Transient: the provider's rate limit or quota (HTTP 429). The workflow waits longer before retrying these."""
+
+    code = 'model_throttled'
+
+
 class ModelOutputError(ModelError):
     """The model answered, but the answer is unusable (empty, blocked, degenerate, malformed)."""
 

@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _wiring
-from functions._observability import logger, metrics, record_parts_metrics
+from functions._observability import logger, metrics, record_parts_metrics, traced
 from om_lib.errors import ErasedError, OMError, ThreadNotFoundError
 from om_lib.work import Job
 
@@ -99,5 +99,6 @@ def _back_off(record: SQSRecord) -> None:
 
 @logger.inject_lambda_context
 @metrics.log_metrics
+@traced
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -8,7 +8,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from infra.constants import SECRET_READ_ACTIONS
+from infra.constants import KMS_DECRYPT_ACTIONS, SECRET_READ_ACTIONS
+from infra.constructs.memory_key import SECRETS_MANAGER, MemoryKey
 from infra.constructs.nag import acknowledge
 
 # Secrets Manager appends six random characters to a secret's name in its ARN.
@@ -17,12 +18,20 @@ PLACEHOLDER = 'Set it with: aws secretsmanager put-secret-value --secret-id <Gem
 
 
 class GeminiSecret(Construct):
-    """A new secret holding a placeholder the operator replaces, or an existing one imported by ARN or name."""
+    """A new secret (encrypted with the stack's key) holding a placeholder the operator replaces, or an existing one
+    imported by ARN or name (which keeps its own key: its key policy must let the functions' roles decrypt)."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, secret_arn: str | None = None, secret_name: str | None = None
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        key: MemoryKey,
+        secret_arn: str | None = None,
+        secret_name: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        self.memory_key = key
         self.created = not (secret_arn or secret_name)
         self.secret: secretsmanager.ISecret
         if secret_arn and _COMPLETE_ARN.match(secret_arn):
@@ -38,6 +47,7 @@ class GeminiSecret(Construct):
                 description=f'Gemini API key of the observational memory service. {PLACEHOLDER}',
                 # A random placeholder until the operator puts the real key: nothing secret is ever in the template.
                 generate_secret_string=secretsmanager.SecretStringGenerator(exclude_punctuation=True),
+                encryption_key=key.key,
             )
             acknowledge(
                 self.secret,
@@ -51,9 +61,11 @@ class GeminiSecret(Construct):
         """The ARN the functions read the key by (OM_GEMINI_SECRET_ARN)."""
         return self.secret.secret_arn
 
-    def grant_read(self, grantee: iam.IGrantable) -> None:
-        """`secretsmanager:GetSecretValue` on this one secret only."""
+    def grant_read(self, grantee: iam.IRole, *, sid: str) -> None:
+        """`secretsmanager:GetSecretValue` on this one secret only (and decrypting it with the stack's key)."""
         full_arn = self.secret.secret_full_arn
         # A secret known by name or partial ARN: match its random suffix (what CDK's own grant does).
         resource = full_arn if full_arn else f'{self.secret.secret_arn}-??????'
         iam.Grant.add_to_principal(grantee=grantee, actions=list(SECRET_READ_ACTIONS), resource_arns=[resource])
+        if self.created:
+            self.memory_key.allow(f'{sid}ReadsTheModelKey', grantee, KMS_DECRYPT_ACTIONS, [SECRETS_MANAGER])

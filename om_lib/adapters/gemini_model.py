@@ -21,6 +21,7 @@ from om_lib.errors import (
     DeadlineExceededError,
     ModelOutputError,
     ModelRequestError,
+    ModelThrottledError,
     ModelUnavailableError,
 )
 from om_lib.llm import (
@@ -292,7 +293,9 @@ def _map_errors(sdk: _Sdk, model_id: str) -> Iterator[None]:
                 f'Gemini refused the request to {model_id}: {status} {exc.status or ""}'.rstrip(),
                 status_code=status,
             ) from exc
-        raise ModelUnavailableError(
+        # A rate limit gets its own type: the workflow's retry waits longer for it than for an outage.
+        unavailable = ModelThrottledError if status == 429 else ModelUnavailableError
+        raise unavailable(
             f'Gemini is unavailable for {model_id}: {status} {exc.status or ""}'.rstrip(),
             status_code=status if isinstance(status, int) else None,
             retry_after_s=_retry_after(exc),

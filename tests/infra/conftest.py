@@ -42,3 +42,28 @@ def template(default_stack: tuple[OmStack, Any]) -> Any:
 def resources(template: Any) -> dict[str, dict[str, Any]]:
     """The synthesised template's resources (logical id → resource)."""
     return template.to_json()['Resources']
+
+
+# One stack with every opt-in and opt-out at once (synthesised once): a throwaway stack, all models offline, API keys,
+# an operator role, no reserved concurrency, other throttling.
+VARIANT = {
+    'removalPolicy': 'destroy',
+    'omConfig': '{"model": "offline", "actorModel": "offline"}',
+    'apiKeys': 'partner-a,partner-b',
+    'operatorRoleArns': 'arn:aws:iam::123456789012:role/om-operator',
+    'reservedConcurrency': 'false',
+    'apiRateLimit': '20',
+    'apiBurstLimit': '40',
+    'wafRateLimit': '500',
+}
+
+
+@pytest.fixture(scope='session')
+def variant_stack() -> tuple[OmStack, Any]:
+    return synth_stack(VARIANT)
+
+
+@pytest.fixture(scope='session')
+def variant(variant_stack: tuple[OmStack, Any]) -> dict[str, dict[str, Any]]:
+    """The variant stack's resources."""
+    return variant_stack[1].to_json()['Resources']

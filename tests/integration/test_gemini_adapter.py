@@ -139,6 +139,8 @@ def test_gemini_adapter_transient_status_is_unavailable(
 
     assert info.value.status_code == status
     assert len(server.calls) == 1  # the client did not retry on its own
+    # A rate limit is named apart: the reflection workflow retries it longer (the error type is what the ASL matches).
+    assert (type(info.value).__name__ == 'ModelThrottledError') == (status == 429)
 
 
 def test_gemini_adapter_reads_retry_after(server: FakeGemini, model: GeminiLanguageModel) -> None:
