@@ -219,7 +219,9 @@ REQUEST_TIME_BUDGET_S: Final = 20
 # ---- Work queue ----------------------------------------------------------------------------------------------------
 # AWS: the queue's visibility timeout should be at least six times the consuming function's timeout.
 QUEUE_VISIBILITY_FACTOR: Final = 6
-QUEUE_MAX_RECEIVES: Final = 5
+# A job that met a model outage comes back after 30 s doubling to 15 min (om_lib.adapters.aws_work.retry_delay_s):
+# ten receives ride out about an hour of outage before the job goes to the DLQ.
+QUEUE_MAX_RECEIVES: Final = 10
 QUEUE_RETENTION_DAYS: Final = 4
 DLQ_RETENTION_DAYS: Final = 14
 # One job per invocation: each job gets the invocation's whole time, and a slow one delays no other record.

@@ -132,7 +132,7 @@ def test_work_queue_is_encrypted_fifo_with_a_dead_letter_queue(resources: Resour
     dlq_id = _ref(resources, 'AWS::SQS::Queue', 'WorkQueueDeadLetterQueue')
     work = next(props for key, props in queues.items() if key != dlq_id)
     assert work['FifoQueue'] is True and queues[dlq_id]['FifoQueue'] is True
-    assert work['RedrivePolicy'] == {'deadLetterTargetArn': {'Fn::GetAtt': [dlq_id, 'Arn']}, 'maxReceiveCount': 5}
+    assert work['RedrivePolicy'] == {'deadLetterTargetArn': {'Fn::GetAtt': [dlq_id, 'Arn']}, 'maxReceiveCount': 10}
     key = _ref(resources, 'AWS::KMS::Key', 'MemoryKey')
     assert all(q['KmsMasterKeyId'] == {'Fn::GetAtt': [key, 'Arn']} for q in queues.values())
     worker_timeout = next(f for f in ALL_FUNCTIONS if f.construct_id == 'BufferWorkerFunction').timeout_s
