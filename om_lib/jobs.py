@@ -45,6 +45,11 @@ class Jobs:
     def run(self, job: Job, *, deadline: float | None = None) -> CycleParts:
         """Do one background job. Raises ThreadNotFoundError when its thread is gone (erased): a late job writes
         nothing."""
+        parts = self._run(job, deadline)
+        self.rt.remember_failures(job.resource_id, job.thread_id, parts)
+        return parts
+
+    def _run(self, job: Job, deadline: float | None) -> CycleParts:
         rt = self.rt
         limit = deadline if deadline is not None else rt.clock.monotonic() + WORKER_BUDGET_S
         if job.kind == 'title':

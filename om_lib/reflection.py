@@ -520,6 +520,7 @@ class Reflection:
             if job.reason == 'buffer':
                 failed = self._buffering_failed(job, released, cycle, input_tokens, str(exc), 'not_smaller')
                 finish_background(rt, released, name, None, failed)
+                rt.remember_failures(job.resource_id, job.thread_id, [failed])
             return {'outcome': 'not_smaller', 'inputTokens': input_tokens}
         except refl.InvalidReflectionError as exc:
             # The model's answer would have replaced memory with something that is not an observation log: keep the
@@ -533,6 +534,7 @@ class Reflection:
                     cycle, 'reflection', input_tokens, exc, released.id, job.thread_id, reason='invalid_reflection'
                 )
             finish_background(rt, released, name, None, outcome)
+            rt.remember_failures(job.resource_id, job.thread_id, [outcome])
             return {'outcome': 'invalid_reflection', 'inputTokens': input_tokens, 'error': str(exc)}
         ended = None
         if job.reason == 'buffer':
@@ -623,6 +625,11 @@ class Reflection:
             error = 'the background reflection failed; past reflection.blockAfter a step reflects synchronously'
             failed = self._buffering_failed(job, released, None, released.observation_tokens, error)
             finish_background(rt, released, name, None, failed)
+            rt.remember_failures(job.resource_id, job.thread_id, [failed])
+        elif held is not None and held.owner == owner:
+            error = 'the reflection workflow failed (the model, after its retries); the log is kept as it was'
+            failure = rt.failed_part(None, 'reflection', released.observation_tokens, error, released.id, job.thread_id)
+            rt.remember_failures(job.resource_id, job.thread_id, [failure])
         return {'released': True}
 
     def run_in_process(self, job: Job, deadline: float) -> None:

@@ -184,6 +184,8 @@ def test_a_reflection_that_is_not_an_observation_log_never_replaces_memory(api, 
     view = memory(api, resource, thread)
     assert view['generationCount'] == 0
     assert 'fact o' in view['observations'] and "I'm sorry" not in view['observations']
+    assert view['recentFailures'][0]['reason'] == 'invalid_reflection'
+    assert view['recentFailures'][0]['operationType'] == 'reflection'
     # And once the Reflector behaves (after the backoff), the log is condensed for real
     model.reset()
     current = record(resource, thread)
@@ -222,11 +224,18 @@ def test_an_observer_answer_that_is_not_an_observation_log_leaves_the_messages_u
     view = memory(api, resource, thread)
     assert view['observations'] == '' and view['pendingMessageTokens'] > 0
     assert record(resource, thread).cursor(thread) == 0
+    # The failure is kept for every client (and the inspector), and the message is listed as unobserved
+    assert view['recentFailures'][0]['reason'] == 'invalid_output'
+    assert view['recentFailures'][0]['operationType'] == 'observation'
+    status, page = api.get(f'/threads/{thread}/messages?resourceId={resource}')
+    assert status == 200 and [m['omStatus'] for m in page['messages']] == ['unobserved']
     # When the model recovers, the next step observes everything that was said
     model.reset()
     body = step(api, resource, thread, 'second')
     assert not failures(body)
     assert record(resource, thread).cursor(thread) == 2 and memory(api, resource, thread)['observations']
+    status, page = api.get(f'/threads/{thread}/messages?resourceId={resource}')
+    assert [m['omStatus'] for m in page['messages']] == ['observed', 'observed']
 
 
 # -- a dead lease holder ----------------------------------------------------------------------------------------------
