@@ -173,11 +173,6 @@ class Message(_CamelModel):
         return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(',', ':')).encode()).hexdigest()
 
 
-def utc_now() -> datetime:
-    """The current time, timezone-aware UTC."""
-    return datetime.now(UTC)
-
-
 def iso(dt: datetime) -> str:
     """ISO-8601 UTC with milliseconds and a `Z` suffix, as the reference formats boundaries."""
     return dt.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%S.') + f'{dt.microsecond // 1000:03d}Z'

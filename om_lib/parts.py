@@ -363,10 +363,6 @@ class CycleParts:
         """Append several parts."""
         self.items.extend(parts)
 
-    def of(self, kind: type[OMPart]) -> list[Any]:
-        """The parts of one kind, in order."""
-        return [p for p in self.items if isinstance(p, kind)]
-
     def failures(self) -> list[dict[str, Any]]:
         """The `data` of every observation-failed and buffering-failed part (stored ones included)."""
         return [p.data() for p in self.items if p.kind() in FAILED_TYPES]
