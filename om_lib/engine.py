@@ -216,12 +216,50 @@ class MemoryEngine:
             'observations': record.active_observations if record else '',
             'observationTokens': record.observation_tokens if record else 0,
             'pendingMessageTokens': pending,
+            # The thresholds in force now: under `shareTokenBudget` they move with the observations' size.
             'thresholds': {
                 'messageTokens': rt.message_threshold(record),
-                'observationTokens': self.settings.observation_tokens,
+                'observationTokens': rt.observation_threshold(record) if record else self.settings.observation_tokens,
             },
             'currentTask': thread.current_task,
             'suggestedResponse': thread.suggested_response,
             'lastObservedAt': iso(record.last_observed_at) if record and record.last_observed_at else None,
             'buffered': actor.buffered_windows(rt, record, thread_id, pending).as_json(projection=False),
         }
+
+    def generations_view(self, resource_id: str, thread_id: str, *, limit: int = 10) -> dict[str, Any]:
+        """What `GET /threads/{threadId}/memory/generations` shows: the memory's generations, newest first (the live
+        one first, marked `current`). Resource scope lists the resource's memory. Raises ThreadNotFoundError."""
+        rt = self.rt
+        if rt.store.get_thread(resource_id, thread_id) is None:
+            raise ThreadNotFoundError(thread_id)
+        key = record_key(self.settings.scope, resource_id, thread_id)
+        found = rt.store.list_generations(key, limit=limit + 1)
+        head = found[0] if found else None
+        return {
+            'scope': self.settings.scope,
+            'recordId': head.id if head else None,
+            'generations': [_generation_json(r, current=r is head) for r in found[:limit]],
+            'hasMore': len(found) > limit,
+        }
+
+
+def generation_trigger(record: OMRecord) -> str:
+    """What made a generation: `initial` (the first), `reflection` (the Reflector condensed the one before), or
+    `reset` (observed messages were deleted, or a thread erased from a resource's memory; the rest is observed
+    again)."""
+    if record.origin == 'reflection':
+        return 'reflection'
+    return 'initial' if record.generation == 0 else 'reset'
+
+
+def _generation_json(record: OMRecord, *, current: bool) -> dict[str, Any]:
+    return {
+        'generation': record.generation,
+        'recordId': record.id,
+        'current': current,
+        'trigger': generation_trigger(record),
+        'createdAt': iso(record.created_at),
+        'observations': record.active_observations,
+        'observationTokens': record.observation_tokens,
+    }

@@ -40,9 +40,6 @@ from om_lib.work import Job
 
 logger = logging.getLogger(__name__)
 
-# With observational memory off, the Actor gets the most recent messages (the seed's `lastMessages` default).
-LAST_MESSAGES_WHEN_DISABLED = 10
-
 
 @dataclass
 class StepResult:
@@ -108,8 +105,7 @@ class Steps:
         parts = CycleParts()
         saved = list(appended.created_ids)
         if not enabled:
-            page = rt.store.list_messages(resource_id, thread_id, limit=LAST_MESSAGES_WHEN_DISABLED, newest_first=True)
-            return StepResult(thread_id, resource_id, '', list(reversed(page.messages)), parts, None, saved)
+            return StepResult(thread_id, resource_id, '', self._last_messages(appended), parts, None, saved)
         try:
             if self.resource is not None:
                 return self._resource_step(appended, deadline, step_number, parts, cycle_start=now)
@@ -119,6 +115,20 @@ class Steps:
             parts.add(rt.failed_part(None, 'observation', 0, exc, '', thread_id))
             raw = [m for m in appended.messages if m.role != 'system']
             return StepResult(thread_id, resource_id, '', raw, parts, None, saved)
+
+    def _last_messages(self, appended: AppendResult) -> list[Message]:
+        """Without observational memory: the thread's `lastMessages` newest messages (seed 003), and always the
+        step's own input (`lastMessages: false` loads no history at all)."""
+        rt = self.rt
+        limit = rt.settings.last_messages
+        thread = appended.thread
+        recent: list[Message] = []
+        if limit > 0:
+            page = rt.store.list_messages(thread.resource_id, thread.id, limit=limit, newest_first=True)
+            recent = list(reversed(page.messages))
+        shown = {m.id for m in recent}
+        own = [m for m in appended.messages if m.id not in shown and m.role != 'system']
+        return sorted([*recent, *own], key=lambda m: m.seq or 0)
 
     def _thread_step(self, appended: AppendResult, deadline: float, step_number: int, parts: CycleParts) -> StepResult:
         rt = self.rt

@@ -361,6 +361,16 @@ def test_disabled_memory_returns_recent_messages_only():
     assert h.model.calls == []
 
 
+@pytest.mark.parametrize(('last_messages', 'shown'), [(3, ['u13', 'u14', 'u15']), (False, ['u15']), (0, ['u15'])])
+def test_seed003_last_messages_sets_the_history_a_step_includes(last_messages, shown):
+    # Given message history without observational memory and `lastMessages` (seed 003)
+    h = Harness({'enabled': False, 'lastMessages': last_messages})
+    for _ in range(15):
+        result = h.step(h.user('hi'))
+    # Then a step includes that many recent messages (`false`: no history), and always its own input
+    assert [m.id for m in result.messages] == shown
+
+
 # -- background work: deferral, hand-off, the reflection workflow ------------------------------------------------
 
 
