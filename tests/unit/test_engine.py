@@ -610,3 +610,46 @@ def test_ids_with_a_slash_are_refused_before_anything_is_written():
     with pytest.raises(InvalidInputError, match='/'):
         h.engine.prepare_step('a/b', 'c', [h.user('hi')])
     assert h.store.get_thread('a/b', 'c') is None
+
+
+# -- background outcomes reach the next step, exactly once (issue 21 item 13) ------------------------------------------
+def test_the_reflection_workflow_outcome_reaches_the_next_step_once():
+    h = Harness(config(message_tokens=50, observation_tokens=40))
+    with_work(h)
+    job = over_the_reflection_threshold(h, LONG_OBS)
+    h.model.script('reflector', '<observations>\nDate: Jan 1, 2025\n* 🔴 (09:00) User plans a trip\n</observations>')
+    # The workflow runs (Step Functions in AWS): check → reflect → validate → commit
+    assert h.engine.workflow_check(job, 'exec-7')['due']
+    h.engine.workflow_reflect(job, 'exec-7')
+    h.engine.workflow_validate(job, 'exec-7')
+    h.engine.workflow_commit(job, 'exec-7')
+    # The client's next step hears of it: a reflection cycle named after the execution, its new log included
+    parts = h.step(h.user('hello')).parts.to_json()
+    cycle = [(p['type'], p['data']['operationType']) for p in parts if p['data'].get('cycleId') == 'exec-7']
+    assert cycle == [('data-om-observation-start', 'reflection'), ('data-om-observation-end', 'reflection')]
+    end = next(p['data'] for p in parts if p['type'] == 'data-om-observation-end')
+    assert 'User plans a trip' in end['observations'] and end['tokensObserved'] > 0
+    # and only once
+    assert not [p for p in h.step(h.user('again')).parts.to_json() if p['data'].get('cycleId') == 'exec-7']
+
+
+def test_a_failed_workflow_run_and_a_worker_observation_reach_the_next_step_once():
+    h = Harness(config(message_tokens=50, observation_tokens=40))
+    work = with_work(h)
+    job = over_the_reflection_threshold(h, LONG_OBS)
+    h.model.script('reflector', *[ModelUnavailableError('503', status_code=503)] * 4)
+    assert h.engine.workflow_check(job, 'exec-8')['due']
+    with pytest.raises(ModelUnavailableError):
+        h.engine.workflow_reflect(job, 'exec-8')
+    h.engine.workflow_release(job, 'exec-8')
+    # A worker's observation too (the turn queued it)
+    h.model.script('observer', OBS_B)
+    h.engine.complete_turn('r1', 't1', [h.assistant(words(80))])
+    h.engine.run_job(next(j for j in work.jobs if j.kind == 'observe'))
+    parts = h.step(h.user('hi')).parts.to_json()
+    failed = [p['data'] for p in parts if p['type'] == 'data-om-observation-failed']
+    failed = [f for f in failed if f['cycleId'] == 'exec-8']
+    assert [(f['operationType'], f['reason']) for f in failed] == [('reflection', 'error')]
+    ended = [p['data'] for p in parts if p['type'] == 'data-om-observation-end']
+    assert [e['operationType'] for e in ended] == ['observation'] and 'trains to Porto' in ended[0]['observations']
+    assert not [p for p in h.step(h.user('hi again')).parts.to_json() if p['type'] != 'data-om-status']
