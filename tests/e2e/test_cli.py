@@ -227,3 +227,32 @@ def test_dev_py_forwards_the_signal_and_leaves_no_om_serve_running(how):
     assert 'GET /health 200' in err and '"_aws"' not in out + err, (out, err)
     with pytest.raises(OSError):
         urllib.request.urlopen(f'{url}/health', timeout=2)
+
+
+# -- item 3: om chat's commands ---------------------------------------------------------------------------------------
+def test_cli_chat_commands_show_memory_threads_recall_and_switch_threads(monkeypatch):
+    import io
+
+    from om_cli.main import Chat
+
+    for name in DROPPED_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv('AWS_ENDPOINT_URL', raising=False)
+    config = {'retrieval': True, 'observation': {'messageTokens': 300, 'bufferTokens': False}}
+    with LocalStack(port=0, sweep_interval_s=None, config=config) as stack:
+        out = io.StringIO()
+        chat = Chat(stack.url, 'ana', 'trip', out=out)
+        assert chat.handle('My name is Ana and I live in Porto. ' + 'I love long walks by the river. ' * 20)
+        assert 'assistant> (offline model)' in out.getvalue() and '[memory] messages' in out.getvalue()
+        assert chat.handle('Where do I live?')  # the second turn observes the first (offline model)
+        for command in ('/help', '/memory', '/threads', '/recall', '/new side-quest', '/threads', '/nope'):
+            assert chat.handle(command)
+        assert chat.handle('/quit') is False
+    text = out.getvalue()
+    assert '/recall [QUERY]' in text and '/memory' in text  # /help
+    assert 'messages      [' in text and 'observations  [' in text and 'tokens' in text  # token bars
+    assert 'User stated: My name is Ana' in text or 'name is Ana' in text  # the observation log
+    assert '  trip' in text and '← current' in text  # /threads
+    assert 'I live in Porto' in text  # /recall: the thread's raw history from its start
+    assert "now in thread 'side-quest'" in text and chat.thread == 'side-quest'
+    assert 'unknown command /nope; /help lists the commands' in text
