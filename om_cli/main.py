@@ -178,7 +178,9 @@ def attached(description: Mapping[str, Any]) -> Iterator[None]:
     """The functions' environment of a running stack, for this process, while the block runs."""
     from om_cli.local_stack import FAKE_CREDENTIALS, reset_functions
 
-    env = {
+    env: dict[str, str | None] = {
+        'OM_CONFIG_FILE': None,  # the stack's own configuration, not one from this shell
+        'OM_CONFIG': None,
         **FAKE_CREDENTIALS,
         **dict(description.get('env') or {}),
         **QUIET_FUNCTIONS,
@@ -187,7 +189,11 @@ def attached(description: Mapping[str, Any]) -> Iterator[None]:
         'AWS_ACCOUNT_ID_ENDPOINT_MODE': 'disabled',
     }
     saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
+    for name, value in env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     reset_functions()
     try:
         yield
