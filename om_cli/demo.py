@@ -12,23 +12,24 @@ pure-Python PNG writer: no plotting library needed).
 from __future__ import annotations
 
 import json
+import os
 import struct
 import sys
 import time
 import zlib
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from om_cli.wiring import http_json
 
-# Small thresholds so a short conversation shows observation and reflection happening.
+# Small thresholds so a short conversation shows observation (three times) and reflection (once) happening.
 DEMO_CONFIG: dict[str, Any] = {
     'model': 'default',
-    'observation': {'messageTokens': 400, 'bufferTokens': False},
-    'reflection': {'observationTokens': 500},
+    'observation': {'messageTokens': 300, 'bufferTokens': False},
+    'reflection': {'observationTokens': 900},
 }
 
 
@@ -62,8 +63,12 @@ def run_demo(
     resource_id, thread_id = conversation['resourceId'], conversation['threadId']
     say = (lambda *a: None) if quiet else print
     say('starting the local stack (embedded AWS, functions in-process) ...')
-    with LocalStack(port=0, config=config or DEMO_CONFIG, sweep_interval_s=None, env=QUIET_FUNCTIONS) as stack:
-        say(f'API at {stack.url}; {model_notice()}\n')
+    settings = config or DEMO_CONFIG
+    with LocalStack(port=0, config=settings, sweep_interval_s=None, env=QUIET_FUNCTIONS) as stack:
+        say(f'API at {stack.url}; {model_notice()}')
+        for line in settings_lines(settings):
+            say(line)
+        say()
         api = stack.url
         base = f'/threads/{thread_id}'
         rows: list[DemoRow] = []
@@ -74,11 +79,12 @@ def run_demo(
             for user_text, assistant_text in session['turns']:
                 step += 1
                 user = {'id': f'u{step}', 'role': 'user', 'createdAt': at.isoformat(), 'content': user_text}
+                sent_at = datetime.now(UTC)
                 status, body = http_json(
                     api, 'POST', f'{base}/steps', {'resourceId': resource_id, 'messages': [user], 'stepNumber': step}
                 )
                 _check(status, body, 'steps')
-                row = _row(step, session_index, body['parts'])
+                row = _row(step, session_index, body['parts'], since=sent_at)
                 reply_at = at + timedelta(minutes=1)
                 reply = {'id': f'a{step}', 'role': 'assistant', 'createdAt': reply_at.isoformat()}
                 reply['content'] = assistant_text
@@ -89,7 +95,9 @@ def run_demo(
                 status, memory = http_json(api, 'GET', f'{base}/memory?resourceId={resource_id}')
                 _check(status, memory, 'memory')
                 if memory['generationCount'] > generation:
-                    row.events.append(f'reflection:workflow (gen {memory["generationCount"]})')
+                    # Reflected in the step (its parts say so) or afterwards by the workflow the turn started.
+                    where = '' if 'reflection:end' in row.events else 'reflection:workflow '
+                    row.events.append(f'{where}(gen {memory["generationCount"]})')
                     generation = memory['generationCount']
                 elif memory['observationTokens'] != row.observation_tokens and not row.events:
                     row.events.append('observation:worker')
@@ -113,19 +121,38 @@ def run_demo(
     return rows
 
 
+def settings_lines(config: dict[str, Any]) -> list[str]:
+    """What the demo runs with, in words (the thresholds decide when observation and reflection happen)."""
+    from om_cli.wiring import has_model_credentials
+    from om_lib.config import OMConfig
+
+    s = OMConfig.model_validate(config).resolved()
+    buffering = f'every {s.buffer_tokens} tokens in the background' if s.buffer_tokens else 'off (synchronous)'
+    return [
+        'settings:',
+        f'  observation.messageTokens   {s.max_message_threshold():>6}  observe once unobserved messages pass this',
+        f'  reflection.observationTokens {s.observation_tokens:>5}  reflect once the observations pass this',
+        f'  async buffering             {buffering}',
+        f'  scope {s.scope}; Observer {s.observer_model}, Reflector {s.reflector_model}'
+        + ('' if has_model_credentials(os.environ) else ' (the offline model stands in for both: no GEMINI_API_KEY)'),
+    ]
+
+
 def _check(status: int, body: Any, what: str) -> None:
     if status != 200:
         print(f'{what} answered {status}: {json.dumps(body)}', file=sys.stderr)
         raise SystemExit(1)
 
 
-def _row(step: int, session: int, parts: list[dict[str, Any]]) -> DemoRow:
+def _row(step: int, session: int, parts: list[dict[str, Any]], *, since: datetime) -> DemoRow:
     status = next(p for p in parts if p['type'] == 'data-om-status')['data']
     active = status['windows']['active']
+    # A step also answers what background work did before it (kept on the record): the table shows that work at the
+    # step whose turn started it, so only this step's own cycles count here.
     events = [
         f'{p["data"]["operationType"]}:{p["type"].removeprefix("data-om-observation-")}'
         for p in parts
-        if p['type'].startswith('data-om-observation-')
+        if p['type'].startswith('data-om-observation-') and _at(p['data']) >= since
     ]
     return DemoRow(
         step=step,
@@ -135,6 +162,11 @@ def _row(step: int, session: int, parts: list[dict[str, Any]]) -> DemoRow:
         generation=status['generationCount'],
         events=events,
     )
+
+
+def _at(data: dict[str, Any]) -> datetime:
+    stamp = data.get('startedAt') or data.get('completedAt') or data.get('failedAt')
+    return datetime.fromisoformat(str(stamp).replace('Z', '+00:00')) if stamp else datetime.max.replace(tzinfo=UTC)
 
 
 def _print_table(rows: list[DemoRow]) -> None:
@@ -306,8 +338,11 @@ def plot_png(
             canvas.text(px(i) - len(str(row.step)) * 4, bottom + 9, str(row.step))
         if any(event.startswith('reflection') for event in row.events):
             canvas.line(px(i), top, px(i), bottom, GREEN, dash=4)
-    for threshold, color in zip(thresholds or (), (BLUE, ORANGE), strict=False):
+    names = ('OBSERVE AT', 'REFLECT AT')
+    for threshold, color, name in zip(thresholds or (), (BLUE, ORANGE), names, strict=False):
         canvas.line(left, py(threshold), right, py(threshold), color, dash=6)
+        label = f'{name} {threshold}'
+        canvas.text(left + 8, py(threshold) - 14, label, color)
     for values, color in (([r.window_tokens for r in rows], BLUE), ([r.observation_tokens for r in rows], ORANGE)):
         for i in range(1, len(values)):
             canvas.line(px(i - 1), py(values[i - 1]), px(i), py(values[i]), color, width=3)
@@ -320,5 +355,6 @@ def plot_png(
         canvas.rect(x, top - 14, x + 14, top - 4, color)
         canvas.text(x + 20, top - 14, label)
         x += 30 + len(label) * 8
-    canvas.text((left + right) // 2 - 16, height - 16, 'STEP')
+    canvas.text((left + right) // 2 - 60, height - 16, 'STEP (ONE USER TURN)')
+    canvas.text(8, top - 30, 'TOKENS')
     return canvas.png()

@@ -29,6 +29,7 @@ import io
 import json
 import logging
 import os
+import re
 import threading
 import time
 import traceback
@@ -43,6 +44,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from om_cli import local_logs
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +78,31 @@ class StackNames:
     reflection_function: str = 'om-reflection'
     state_machine: str = 'om-reflection'
 
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> StackNames:
+        """Names from `OM_TABLE_NAME`, `OM_BUCKET_NAME` and `OM_STACK_PREFIX` (queues, function, state machine), so
+        two stacks on one shared emulator stay apart; unset, the defaults above. Raises ValueError for a bad prefix."""
+        env = os.environ if env is None else env
+        prefix = env.get('OM_STACK_PREFIX') or 'om'
+        if not STACK_PREFIX.fullmatch(prefix):
+            raise ValueError(
+                f'OM_STACK_PREFIX {prefix!r} cannot name queues and a state machine: use 1-40 letters, digits, '
+                "'-' or '_', starting with a letter or digit (e.g. OM_STACK_PREFIX=alice)"
+            )
+        return cls(
+            table=env.get('OM_TABLE_NAME') or cls.table,
+            bucket=env.get('OM_BUCKET_NAME') or cls.bucket,
+            queue=f'{prefix}-work.fifo',
+            dead_letter_queue=f'{prefix}-work-dlq.fifo',
+            reflection_function=f'{prefix}-reflection',
+            state_machine=f'{prefix}-reflection',
+        )
+
+
+STACK_PREFIX = re.compile(r'[A-Za-z0-9][A-Za-z0-9_-]{0,39}')
+# Where `om serve` describes itself to `om invoke --stack` (a local-stack path; API Gateway has no such route).
+DESCRIBE_PATH = '/_om/local-stack'
+
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Running handlers locally
@@ -104,9 +132,11 @@ def handler_for(function: str) -> Callable[[dict[str, Any], Any], Any]:
 
 
 def invoke_handler(function: str, event: dict[str, Any], *, timeout_s: float = 900.0) -> Any:
-    """Call one function's handler in-process with a Lambda-like context."""
+    """Call one function's handler in-process with a Lambda-like context (its log lines name that function)."""
     region = os.environ.get('AWS_DEFAULT_REGION', 'us-east-1')
-    return handler_for(function)(event, LocalLambdaContext(function, timeout_s=timeout_s, region=region))
+    context = LocalLambdaContext(function, timeout_s=timeout_s, region=region)
+    with local_logs.invocation(context):
+        return handler_for(function)(event, context)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -141,13 +171,6 @@ def _patched_invoke(
         }
         return json.dumps(payload).encode()
     return json.dumps(result).encode()
-
-
-class ApiServer(ThreadingHTTPServer):
-    """The API's HTTP server: a listen backlog for bursts of clients (socketserver's default of 5 resets the rest)."""
-
-    request_queue_size = 128
-    daemon_threads = True
 
 
 class SerialDynamoDB:
@@ -284,6 +307,10 @@ def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
         protocol_version = 'HTTP/1.1'
 
         def _dispatch(self) -> None:
+            started = time.monotonic()
+            if self.command == 'GET' and self.path == DESCRIBE_PATH:
+                self._send(200, {'Content-Type': 'application/json'}, json.dumps(stack.describe()).encode())
+                return
             length = int(self.headers.get('Content-Length') or 0)
             if length > MAX_REQUEST_BYTES:
                 self.close_connection = True  # the body is not read: the connection cannot be reused
@@ -294,14 +321,17 @@ def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
             for name, value in self.headers.items():
                 headers.setdefault(name, []).append(value)
             event = api_gateway_event(self.command, self.path, headers, body, source_ip=self.client_address[0])
+            context = LocalLambdaContext('api', timeout_s=29.0)
             try:
-                result = stack.api_handler(event, LocalLambdaContext('api', timeout_s=29.0))
+                with local_logs.invocation(context):
+                    result = stack.api_handler(event, context)
                 status, out_headers, payload = _proxy_result(result)
             except Exception:  # noqa: BLE001 - API Gateway turns a function failure into a 502
                 logger.exception('the api handler failed')
                 status, out_headers = 502, {'Content-Type': 'application/json'}
                 payload = error_body('internal_error', 'the function failed; see the server log')
             self._send(status, out_headers, payload)
+            logger.info('%s %s %s %d ms', self.command, self.path, status, (time.monotonic() - started) * 1000)
 
         def _send(self, status: int, headers: Mapping[str, str], payload: bytes) -> None:
             self.send_response(status)
@@ -328,6 +358,9 @@ def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
                 return self._refuse_method
             raise AttributeError(name)
 
+        def log_request(self, code: int | str = '-', size: int | str = '-') -> None:
+            pass  # _dispatch logs each request once, with its time
+
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature fixed by http.server
             logger.debug('%s %s', self.address_string(), format % args)
 
@@ -347,6 +380,12 @@ def _proxy_result(result: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
     body = result.get('body') or ''
     payload = base64.b64decode(body) if result.get('isBase64Encoded') else str(body).encode()
     return status, headers, payload
+
+
+class _HttpServer(ThreadingHTTPServer):
+    # A listen backlog of 5 (socketserver's default) resets connections under a burst of clients; API Gateway has none.
+    request_queue_size = 128
+    daemon_threads = True
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -403,7 +442,7 @@ class LocalStack:
         self.visibility_timeout_s = visibility_timeout_s
         self.worker_timeout_s = worker_timeout_s
         self._api_handler = api_handler
-        self.names = names or StackNames()
+        self.names = names or StackNames.from_env()
         self.extra_env = dict(env or {})
         self.embedded = False
         self.endpoint: str | None = None
@@ -461,8 +500,7 @@ class LocalStack:
                     self._spawn('om-sweeper', self._sweep_forever)
             if self.http:
                 _ = self.api_handler  # import errors show at start, not on the first request
-                self._httpd = ApiServer((self.host, self.port), _http_handler_class(self))
-                self._httpd.daemon_threads = True
+                self._httpd = _HttpServer((self.host, self.port), _http_handler_class(self))
                 self._spawn('om-http', self._httpd.serve_forever)
         except BaseException:
             self.stop()
@@ -540,7 +578,8 @@ class LocalStack:
         self._setenv('AWS_PROFILE', None)
         # Per-service endpoints (e.g. AWS_ENDPOINT_URL_DYNAMODB=dynalite) still win over the embedded server
         # (CONTRACT §3): boto3 reads them for every client, ours and the functions'.
-        logging.getLogger('werkzeug').setLevel(logging.WARNING)
+        if logging.getLogger('werkzeug').level == logging.NOTSET:  # `om serve --verbose` sets it
+            logging.getLogger('werkzeug').setLevel(logging.WARNING)
         self._saved_moto_config = copy.deepcopy(default_user_config)
         self._moto = linearizable_moto_server()
         self._moto.start()
@@ -562,6 +601,18 @@ class LocalStack:
         )
         with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - our own loopback server
             response.read()
+
+    def describe(self) -> dict[str, Any]:
+        """What `om invoke --stack URL` needs to run a function against this stack: its AWS endpoint and the
+        functions' environment (names, queue, state machine, configuration)."""
+        keep = ('OM_TABLE_NAME', 'OM_BUCKET_NAME', 'OM_WORK_QUEUE_URL', 'OM_REFLECTION_STATE_MACHINE_ARN')
+        keep += ('OM_AUTH_MODE', 'OM_OFFLINE_FALLBACK', 'OM_CONFIG_FILE', 'OM_CONFIG', 'OM_REQUEST_TIME_BUDGET_S')
+        return {
+            'endpoint': self.endpoint,
+            'region': self.region,
+            'embedded': self.embedded,
+            'env': {name: os.environ[name] for name in keep if os.environ.get(name)},
+        }
 
     def client(self, service: str) -> Any:
         """A boto3 client for the stack's endpoint (cached)."""
@@ -608,6 +659,7 @@ class LocalStack:
 
     def _create_state_machine(self) -> str:
         account = '123456789012'
+        role_name = self.names.reflection_function
         lam = self.client('lambda')
         try:
             function_arn = lam.get_function(FunctionName=self.names.reflection_function)['Configuration']['FunctionArn']
@@ -621,11 +673,11 @@ class LocalStack:
                 ],
             }
             try:
-                role_arn = iam.create_role(RoleName='om-reflection', AssumeRolePolicyDocument=json.dumps(trust))[
-                    'Role'
-                ]['Arn']
+                role_arn = iam.create_role(RoleName=role_name, AssumeRolePolicyDocument=json.dumps(trust))['Role'][
+                    'Arn'
+                ]
             except iam.exceptions.EntityAlreadyExistsException:
-                role_arn = iam.get_role(RoleName='om-reflection')['Role']['Arn']
+                role_arn = iam.get_role(RoleName=role_name)['Role']['Arn']
             buffer = io.BytesIO()
             with zipfile.ZipFile(buffer, 'w') as archive:
                 archive.writestr('handler.py', 'def lambda_handler(event, context):\n    return event\n')
@@ -639,7 +691,7 @@ class LocalStack:
             )['FunctionArn']
         definition = ASL_PATH.read_text(encoding='utf-8').replace('${ReflectionFunctionArn}', function_arn)
         sfn = self.client('stepfunctions')
-        role = f'arn:aws:iam::{account}:role/om-reflection-workflow'
+        role = f'arn:aws:iam::{account}:role/{self.names.state_machine}-workflow'
         for machine in sfn.list_state_machines()['stateMachines']:
             if machine['name'] == self.names.state_machine:
                 sfn.update_state_machine(stateMachineArn=machine['stateMachineArn'], definition=definition)
@@ -797,6 +849,13 @@ class LocalStack:
                 )
             quiet = quiet + 1 if self.idle() else 0
             time.sleep(interval)
+
+
+def reset_functions() -> None:
+    """Forget what the functions built (their clients, settings and engine), after their environment changed."""
+    from functions import _wiring
+
+    _wiring.reset()
 
 
 @contextmanager

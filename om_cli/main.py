@@ -1,57 +1,223 @@
-"""Entry point of the `om` command: serve, invoke, chat and demo, all on the local stack (om_cli/local_stack.py)."""
+"""Entry point of the `om` command: serve, invoke, chat and demo, all on the local stack (om_cli/local_stack.py).
+
+A mistake a user can fix (a bad config file, a port in use, no server at `--url`, a missing event file) is one
+clear message on stderr saying what was wrong and how to fix it, with exit status 2; never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
+import socket
 import sys
+import textwrap
+import urllib.error
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from om_cli.wiring import QUIET_FUNCTIONS, http_json, model_notice
+from om_lib.errors import ConfigError
 
 FUNCTIONS = ('api', 'buffer_worker', 'reflection', 'sweeper')
+ROOT = Path(__file__).resolve().parent.parent
+EVENTS = ROOT / 'events'
+USAGE_ERROR = 2
 
 
+class UsageError(Exception):
+    """A mistake the user can fix; `main` prints the message (what was wrong, how to fix it) and exits with 2."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# om serve
+# ---------------------------------------------------------------------------------------------------------------------
 def cmd_serve(args: argparse.Namespace) -> int:
-    """`om serve`: the HTTP API with background work, until Ctrl-C."""
+    """`om serve`: the HTTP API with background work, until Ctrl-C or SIGTERM."""
     import signal
     import threading
 
-    from om_cli.local_stack import LocalStack
+    from om_cli import local_logs
+    from om_cli.local_stack import DESCRIBE_PATH, LocalStack
 
-    stack = LocalStack(
-        host=args.host, port=args.port, config_file=args.config, sweep_interval_s=args.sweep_interval
-    ).start()
-    aws = 'embedded moto server' if stack.embedded else 'AWS_ENDPOINT_URL'
-    print(f'om serve: {stack.url}  (AWS: {aws} at {stack.endpoint})', flush=True)
-    print(model_notice(), flush=True)
-    print(f'try: curl {stack.url}/health', flush=True)
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())  # `kill` stops it as cleanly as Ctrl-C
+    check_config(args.config)
+    check_port_free(args.host, args.port)
+    env: dict[str, str] = {}
+    local_logs.configure(verbose=args.verbose, env=env)
     try:
+        stack = LocalStack(
+            host=args.host, port=args.port, config_file=args.config, sweep_interval_s=args.sweep_interval, env=env
+        )
+        stack.start()
+    except OSError as exc:
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+            raise UsageError(port_message(args.host, args.port, exc)) from exc
+        raise
+    except ValueError as exc:  # a bad OM_STACK_PREFIX and the like: the message says how to fix it
+        raise UsageError(str(exc)) from exc
+    stopping = threading.Event()
+    # Ctrl-C and `kill` both stop it cleanly; a second signal while stopping changes nothing.
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    try:
+        aws = 'embedded moto server' if stack.embedded else 'AWS_ENDPOINT_URL'
+        print(f'om serve: {stack.url}  (AWS: {aws} at {stack.endpoint})', flush=True)
+        print(model_notice(), flush=True)
+        print(f'try: curl {stack.url}/health     or: om chat --url {stack.url}', flush=True)
+        print(f'     om invoke sweeper events/sweeper/schedule.json --stack {stack.url}', flush=True)
+        print(f'(stack description for tools: {stack.url}{DESCRIBE_PATH}; Ctrl-C stops)', flush=True)
         while not stopping.wait(0.5):
             pass
-    except KeyboardInterrupt:
-        pass
     finally:
-        print('stopping ...', file=sys.stderr)
+        print('stopping ...', file=sys.stderr, flush=True)
         stack.stop()
     return 0
 
 
+def check_config(path: str | None) -> None:
+    """Read and validate the configuration the stack will use before anything starts (ConfigError names the file)."""
+    from om_lib.config import load_config
+
+    load_config(path=path)
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Fail fast, with a fix, when the HTTP API's port is taken (0 means any free port)."""
+    if not port:
+        return
+    with socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise UsageError(port_message(host, port, exc)) from exc
+
+
+def port_message(host: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EACCES:
+        return f'port {port} on {host} needs privileges: choose a port above 1023, e.g. --port 8787'
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f'port {port} on {host} is already in use (another om serve?): stop that process, or choose a free port '
+            f'with --port {port + 1} (--port 0 picks any free port)'
+        )
+    return f'cannot listen on {host}:{port} ({exc.strerror or exc}): check --host and --port'
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# om invoke
+# ---------------------------------------------------------------------------------------------------------------------
 def cmd_invoke(args: argparse.Namespace) -> int:
-    """`om invoke <function> <event.json>`: one handler, on the same stack settings as `om serve`."""
+    """`om invoke <function> <event.json>`: one handler, on a fresh local stack or a running `om serve` (--stack)."""
     from om_cli.local_stack import LocalStack, invoke_handler
 
-    if args.function not in FUNCTIONS:
-        print(f'unknown function {args.function!r}; one of {", ".join(FUNCTIONS)}', file=sys.stderr)
-        return 2
-    event = json.loads(Path(args.event).read_text(encoding='utf-8'))
-    with LocalStack(config_file=args.config, http=False, workers=False):
-        answer = invoke_handler(args.function, event)
+    event = read_event(args.function, args.event)
+    if args.stack:
+        description = describe_stack(args.stack)
+        print(
+            f'om invoke: the running local stack at {args.stack} (AWS at {description["endpoint"]}); '
+            'what the function writes stays there',
+            file=sys.stderr,
+        )
+        with attached(description):
+            answer = invoke_handler(args.function, event)
+    else:
+        check_config(args.config)
+        print(
+            'om invoke: a fresh local stack (embedded emulator, gone when this command ends); '
+            'use --stack URL to run against a running `om serve`',
+            file=sys.stderr,
+        )
+        with LocalStack(config_file=args.config, http=False, workers=False, env=QUIET_FUNCTIONS):
+            answer = invoke_handler(args.function, event)
     print(json.dumps(answer, indent=2, ensure_ascii=False, default=str))
     return 0
+
+
+def read_event(function: str, path: str) -> dict[str, Any]:
+    """The event file as JSON; a missing or broken file is a UsageError naming the samples to use instead."""
+    samples = sorted(p.relative_to(ROOT).as_posix() for p in (EVENTS / function).glob('*.json'))
+    hint = f'sample events for {function}: {", ".join(samples[:6])}' + (' ...' if len(samples) > 6 else '')
+    try:
+        text = Path(path).read_text(encoding='utf-8')
+    except FileNotFoundError as exc:
+        raise UsageError(f'event file {path} not found; {hint}') from exc
+    except OSError as exc:
+        raise UsageError(f'cannot read event file {path} ({exc.strerror or exc}); {hint}') from exc
+    try:
+        event = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f'event file {path} is not JSON ({exc.msg} at line {exc.lineno}); {hint}') from exc
+    if not isinstance(event, dict):
+        raise UsageError(f'event file {path} must hold a JSON object (a Lambda event); {hint}')
+    return event
+
+
+def describe_stack(url: str) -> dict[str, Any]:
+    """The running `om serve`'s description (its AWS endpoint and the functions' environment)."""
+    from om_cli.local_stack import DESCRIBE_PATH
+
+    try:
+        status, body = http_json(url.rstrip('/'), 'GET', DESCRIBE_PATH, timeout=10)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise UsageError(
+            f'cannot reach om serve at {url} ({_reason(exc)}): start it with `om serve`, or leave out '
+            '--stack to use a fresh local stack'
+        ) from exc
+    if status != 200 or not isinstance(body, dict) or not body.get('endpoint'):
+        raise UsageError(f'{url} is not an `om serve` local stack (GET {DESCRIBE_PATH} answered {status})')
+    return body
+
+
+@contextmanager
+def attached(description: Mapping[str, Any]) -> Iterator[None]:
+    """The functions' environment of a running stack, for this process, while the block runs."""
+    from om_cli.local_stack import FAKE_CREDENTIALS, reset_functions
+
+    env: dict[str, str | None] = {
+        'OM_CONFIG_FILE': None,  # the stack's own configuration, not one from this shell
+        'OM_CONFIG': None,
+        **FAKE_CREDENTIALS,
+        **dict(description.get('env') or {}),
+        **QUIET_FUNCTIONS,
+        'AWS_ENDPOINT_URL': str(description['endpoint']),
+        'AWS_DEFAULT_REGION': str(description.get('region') or 'us-east-1'),
+        'AWS_ACCOUNT_ID_ENDPOINT_MODE': 'disabled',
+    }
+    saved = {name: os.environ.get(name) for name in env}
+    for name, value in env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    reset_functions()
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        reset_functions()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# om chat
+# ---------------------------------------------------------------------------------------------------------------------
+CHAT_HELP = """\
+commands:
+  /memory           the observation log of this thread and its token bars
+  /threads          this resource's threads (the current one marked)
+  /new [ID]         start a new thread (a fresh id unless you name one)
+  /recall [QUERY]   this thread's raw history from its start, or (with retrieval.vector) messages like QUERY
+  /help             this list
+  /quit             leave (Ctrl-D too)
+anything else is sent as your message"""
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -60,36 +226,162 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     stack = None
     url = args.url
-    if not url:
+    if url:
+        url = url.rstrip('/')
+        try:
+            http_json(url, 'GET', '/health', timeout=10)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise UsageError(
+                f'cannot reach om serve at {url} ({_reason(exc)}): start one with `python3 dev.py om serve`, '
+                'or leave out --url to chat with an embedded local stack'
+            ) from exc
+    else:
+        check_config(args.config)
         # The functions' logs would interleave with the conversation; `om serve` shows them.
         stack = LocalStack(port=0, config_file=args.config, env=QUIET_FUNCTIONS).start()
         url = stack.url
         print(f'(embedded local stack at {url}; {model_notice()})')
     try:
-        print(f'chatting as resource {args.resource!r} in thread {args.thread!r}; Ctrl-D or /quit to leave')
-        while True:
-            try:
-                text = input('you> ').strip()
-            except EOFError:
-                print()
-                break
-            if text in ('/quit', '/exit'):
-                break
-            if not text:
-                continue
-            status, body = http_json(
-                url, 'POST', f'/threads/{args.thread}/chat', {'resourceId': args.resource, 'content': text}
-            )
-            if status != 200:
-                print(f'[{status}] {body.get("error", body)}')
-                continue
-            reply = body.get('reply') or {}
-            print(f'assistant> {message_text(reply) or "(no reply: " + failed_reason(body.get("parts") or []) + ")"}')
-            print(f'  {status_line(body.get("parts") or [])}')
+        Chat(url, args.resource, args.thread).run()
     finally:
         if stack is not None:
             stack.stop()
     return 0
+
+
+class Chat:
+    """The `om chat` loop: messages go to `POST /threads/{thread}/chat`, `/commands` to the other routes."""
+
+    def __init__(self, url: str, resource: str, thread: str, *, out: Any = None) -> None:
+        self.url = url
+        self.resource = resource
+        self.thread = thread
+        self.out = out or sys.stdout
+
+    def say(self, text: str = '') -> None:
+        print(text, file=self.out, flush=True)
+
+    def run(self) -> None:
+        self.say(
+            f'chatting as resource {self.resource!r} in thread {self.thread!r}; /help lists commands, /quit leaves'
+        )
+        while True:
+            try:
+                text = input('you> ').strip()
+            except EOFError:
+                self.say()
+                return
+            except KeyboardInterrupt:
+                self.say()
+                return
+            if not self.handle(text):
+                return
+
+    def handle(self, text: str) -> bool:
+        """One input line; False when the user leaves."""
+        if not text:
+            return True
+        if not text.startswith('/'):
+            self.chat(text)
+            return True
+        command, _, rest = text.partition(' ')
+        rest = rest.strip()
+        if command in ('/quit', '/exit'):
+            return False
+        actions = {
+            '/help': lambda: self.say(CHAT_HELP),
+            '/memory': self.memory,
+            '/threads': self.threads,
+            '/new': lambda: self.new(rest),
+            '/recall': lambda: self.recall(rest),
+        }
+        action = actions.get(command)
+        if action is None:
+            self.say(f'unknown command {command}; /help lists the commands')
+        else:
+            action()
+        return True
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        try:
+            return http_json(self.url, method, path, body)
+        except (urllib.error.URLError, OSError) as exc:
+            return 0, {'error': {'message': f'the server at {self.url} did not answer ({_reason(exc)})'}}
+
+    def chat(self, text: str) -> None:
+        status, body = self.call('POST', f'/threads/{self.thread}/chat', {'resourceId': self.resource, 'content': text})
+        if status != 200:
+            self.say(f'[{status}] {error_text(body)}')
+            return
+        reply = body.get('reply') or {}
+        parts = body.get('parts') or []
+        self.say(f'assistant> {message_text(reply) or "(no reply: " + failed_reason(parts) + ")"}')
+        self.say(f'  {status_line(parts)}')
+
+    def memory(self) -> None:
+        status, view = self.call('GET', f'/threads/{self.thread}/memory?resourceId={self.resource}')
+        if status != 200:
+            self.say(f'[{status}] {error_text(view)}')
+            return
+        limits = view.get('thresholds') or {}
+        self.say(
+            f'memory of thread {self.thread!r} ({view.get("scope")} scope, generation {view.get("generationCount")})'
+        )
+        self.say('  ' + token_bar('messages', view.get('pendingMessageTokens', 0), limits.get('messageTokens', 0)))
+        self.say('  ' + token_bar('observations', view.get('observationTokens', 0), limits.get('observationTokens', 0)))
+        if view.get('currentTask'):
+            self.say(f'  current task: {view["currentTask"]}')
+        self.say(textwrap.indent(view.get('observations') or '(nothing observed yet)', '  '))
+
+    def threads(self) -> None:
+        path = f'/resources/{self.resource}/threads?orderBy=updatedAt&direction=DESC&perPage=20'
+        status, body = self.call('GET', path)
+        if status != 200:
+            self.say(f'[{status}] {error_text(body)}')
+            return
+        found = body.get('threads') or []
+        if not found:
+            self.say('(no threads yet: say something to start this one)')
+        for thread in found:
+            mark = '  ← current' if thread['id'] == self.thread else ''
+            title = f' "{thread["title"]}"' if thread.get('title') else ''
+            self.say(f'  {thread["id"]}{title}  updated {thread.get("updatedAt", "?")}{mark}')
+
+    def new(self, thread_id: str) -> None:
+        self.thread = thread_id or f'chat-{uuid.uuid4().hex[:8]}'
+        self.say(
+            f'now in thread {self.thread!r} (same resource, so resource-scope memory and working memory carry over)'
+        )
+
+    def recall(self, query: str) -> None:
+        body: dict[str, Any] = {'resourceId': self.resource, 'threadId': self.thread}
+        body |= {'mode': 'search', 'query': query} if query else {'mode': 'messages'}
+        status, answer = self.call('POST', '/recall', body)
+        if status != 200:
+            self.say(f'[{status}] {error_text(answer)}')
+            return
+        self.say(answer.get('messages') or answer.get('results') or '(nothing found)')
+
+
+def _reason(exc: BaseException) -> str:
+    reason = getattr(exc, 'reason', None) or exc
+    return getattr(reason, 'strerror', None) or str(reason)
+
+
+def error_text(body: Any) -> str:
+    """The message of an error answer (the contract's `{"error": {"code", "message"}}`)."""
+    error = body.get('error') if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        code = f'{error["code"]}: ' if error.get('code') else ''
+        return f'{code}{error.get("message", "")}'
+    return str(body)
+
+
+def token_bar(label: str, value: Any, limit: Any, width: int = 24) -> str:
+    """`messages      [██████░░░░░░…]   1,200 / 30,000 tokens`."""
+    value, limit = int(value or 0), int(limit or 0)
+    filled = min(width, round(width * value / limit)) if limit else 0
+    return f'{label:<13} [{"█" * filled}{"░" * (width - filled)}] {value:>7,} / {limit:,} tokens'
 
 
 def message_text(message: dict[str, Any]) -> str:
@@ -129,6 +421,9 @@ def status_line(parts: list[dict[str, Any]]) -> str:
     return line + (f'  ({", ".join(events)})' if events else '')
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# om demo
+# ---------------------------------------------------------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
     """`om demo`: the bundled conversation through the HTTP API of an embedded local stack."""
     from om_cli.demo import run_demo
@@ -142,42 +437,124 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# The command line
+# ---------------------------------------------------------------------------------------------------------------------
+class _Help(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Examples kept as written, defaults shown."""
+
+
+DESCRIPTION = """\
+Observational Memory on your machine: the HTTP API of the deployed service (same handler code), its background
+workers and an AWS emulator, in one process. Without GEMINI_API_KEY every model call runs on the built-in offline
+model (deterministic, no network)."""
+
+EXAMPLES = """\
+examples:
+  om demo                                   replay a bundled conversation; prints a table and writes om-demo.png
+  om serve                                  the API on http://127.0.0.1:8787 (Ctrl-C stops)
+  om serve --config om.json --port 8788     with your configuration, on another port
+  om chat                                   chat in the terminal (an embedded stack; /help inside)
+  om chat --url http://127.0.0.1:8787       chat with a running `om serve`
+  om invoke sweeper events/sweeper/schedule.json --stack http://127.0.0.1:8787
+
+environment: GEMINI_API_KEY (use Gemini), AWS_ENDPOINT_URL (a shared emulator instead of the embedded one),
+OM_TABLE_NAME, OM_BUCKET_NAME, OM_STACK_PREFIX (resource names on a shared emulator), OM_CONFIG_FILE / OM_CONFIG."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `om` command line."""
-    parser = argparse.ArgumentParser(prog='om', description='Observational Memory: local tools')
-    sub = parser.add_subparsers(dest='command', required=True)
+    parser = argparse.ArgumentParser(prog='om', description=DESCRIPTION, epilog=EXAMPLES, formatter_class=_Help)
+    sub = parser.add_subparsers(dest='command', required=True, metavar='COMMAND')
+    config_help = 'configuration JSON file, e.g. om.json with {"observation": {"messageTokens": 2000}}'
 
-    serve = sub.add_parser('serve', help='the HTTP API on loopback, with background work, on a local AWS')
-    serve.add_argument('--host', default='127.0.0.1')
-    serve.add_argument('--port', type=int, default=8787)
-    serve.add_argument('--config', help='configuration JSON file')
-    serve.add_argument('--sweep-interval', type=float, default=60.0, help='seconds between sweeper runs (0: never)')
+    serve = sub.add_parser(
+        'serve',
+        help='the HTTP API on loopback, with background work, on a local AWS',
+        description='The HTTP API of CONTRACT §2 on loopback, with the buffer worker, the reflection workflow and the '
+        'sweeper running in this process against an embedded AWS emulator (or AWS_ENDPOINT_URL).',
+        epilog='example: om serve --config om.json --port 8788 --sweep-interval 10',
+        formatter_class=_Help,
+    )
+    serve.add_argument('--host', default='127.0.0.1', help='interface to listen on, e.g. --host 0.0.0.0 (all)')
+    serve.add_argument('--port', type=int, default=8787, help='port of the API, e.g. --port 8788 (0: any free port)')
+    serve.add_argument('--config', metavar='FILE', help=config_help)
+    serve.add_argument(
+        '--sweep-interval',
+        type=float,
+        default=60.0,
+        metavar='S',
+        help='seconds between sweeper runs, e.g. 10 (0: never)',
+    )
+    serve.add_argument(
+        '--verbose', action='store_true', help="the functions' full JSON logs and metrics, and the emulator's requests"
+    )
     serve.set_defaults(run=cmd_serve)
 
-    invoke = sub.add_parser('invoke', help='run one function handler with an event file and print its answer')
-    invoke.add_argument('function', help=f'one of {", ".join(FUNCTIONS)}')
-    invoke.add_argument('event', help='event JSON file, e.g. events/sweeper/schedule.json')
-    invoke.add_argument('--config', help='configuration JSON file')
+    invoke = sub.add_parser(
+        'invoke',
+        help='run one function handler with an event file and print its answer',
+        description='Run one Lambda handler in this process with an event file, as Lambda would, and print what it '
+        'answers: on a fresh local stack (gone afterwards), or on a running `om serve` with --stack.',
+        epilog='examples:\n  om invoke api events/api/health_get.json\n'
+        '  om invoke sweeper events/sweeper/schedule.json --stack http://127.0.0.1:8787',
+        formatter_class=_Help,
+    )
+    invoke.add_argument('function', choices=FUNCTIONS, help='the function to run')
+    invoke.add_argument('event', help='event JSON file, e.g. events/sweeper/schedule.json (events/<function>/*.json)')
+    invoke.add_argument('--config', metavar='FILE', help=config_help + ' (fresh stack only)')
+    invoke.add_argument(
+        '--stack', metavar='URL', help='a running om serve whose store and queues to use, e.g. http://127.0.0.1:8787'
+    )
     invoke.set_defaults(run=cmd_invoke)
 
-    chat = sub.add_parser('chat', help='chat with memory (against --url, or an embedded local stack)')
-    chat.add_argument('--url', help='a running `om serve`, e.g. http://127.0.0.1:8787')
-    chat.add_argument('--resource', default='local-user')
-    chat.add_argument('--thread', default='chat')
-    chat.add_argument('--config', help='configuration JSON file (embedded stack only)')
+    chat = sub.add_parser(
+        'chat',
+        help='chat with memory in the terminal (against --url, or an embedded local stack)',
+        description='A terminal chat through POST /threads/{thread}/chat. Inside: ' + CHAT_HELP.replace('\n', ' '),
+        epilog='examples:\n  om chat\n  om chat --url http://127.0.0.1:8787 --resource alice --thread trip',
+        formatter_class=_Help,
+    )
+    chat.add_argument('--url', help='a running om serve, e.g. http://127.0.0.1:8787 (default: start an embedded one)')
+    chat.add_argument('--resource', default='local-user', help='whose memory, e.g. --resource alice')
+    chat.add_argument('--thread', default='chat', help='the conversation, e.g. --thread trip-planning')
+    chat.add_argument('--config', metavar='FILE', help=config_help + ' (embedded stack only)')
     chat.set_defaults(run=cmd_chat)
 
-    demo = sub.add_parser('demo', help='replay a bundled multi-session conversation and show the memory over time')
-    demo.add_argument('--config', help='configuration JSON file (default: small demo thresholds)')
-    demo.add_argument('--out', default='om-demo.png', help='where to write the PNG plot (default: om-demo.png)')
+    demo = sub.add_parser(
+        'demo',
+        help='replay a bundled multi-session conversation and show the memory over time',
+        description='Replay a four-session conversation through the HTTP API of an embedded local stack; print the '
+        'settings, a table of tokens per step with the observation and reflection events, the final memory, and '
+        'write a plot.',
+        epilog='example: om demo --out /tmp/demo.png --config om.json',
+        formatter_class=_Help,
+    )
+    demo.add_argument('--config', metavar='FILE', help=config_help + ' (default: small demo thresholds)')
+    demo.add_argument(
+        '--out', default='om-demo.png', metavar='PNG', help='where to write the plot, e.g. --out demo.png'
+    )
     demo.set_defaults(run=cmd_demo)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse the command line and run a subcommand."""
+    """Parse the command line and run a subcommand; a user's mistake is one message and exit status 2."""
     args = build_parser().parse_args(argv)
-    return int(args.run(args))
+    try:
+        return int(args.run(args))
+    except UsageError as exc:
+        return fail(args.command, str(exc))
+    except ConfigError as exc:
+        return fail(args.command, f'{exc}\nfix the file (README "Configuration" lists every option) and run it again')
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+
+
+def fail(command: str, message: str) -> int:
+    print(f'om {command}: {message}', file=sys.stderr)
+    return USAGE_ERROR
 
 
 if __name__ == '__main__':

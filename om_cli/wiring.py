@@ -8,9 +8,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-CREDENTIAL_VARS = ('GEMINI_API_KEY', 'GOOGLE_API_KEY')
 # Powertools settings that keep the functions' JSON logs and metrics off an interactive terminal.
-QUIET_FUNCTIONS = {'POWERTOOLS_LOG_LEVEL': 'WARNING', 'POWERTOOLS_METRICS_DISABLED': 'true'}
+from om_cli.local_logs import QUIET_FUNCTIONS
+
+CREDENTIAL_VARS = ('GEMINI_API_KEY', 'GOOGLE_API_KEY')
+__all__ = ['CREDENTIAL_VARS', 'QUIET_FUNCTIONS', 'has_model_credentials', 'http_json', 'model_notice']
 
 
 def has_model_credentials(env: Mapping[str, str]) -> bool:

@@ -49,8 +49,8 @@ def visible_messages(
 ) -> list[Message]:
     """The Actor's messages: the reminder (when there are observations), then the unobserved messages in order.
 
-    The step's own new user input is never taken away, even when it was just observed (an oversized first message
-    is observed at once, yet the Actor still needs to answer it).
+    The step's own new user input is never taken away: a step does not observe it (it is observed with the turn that
+    answers it), and one already observed earlier (a retried step) is still the message the Actor answers.
     """
     seen = {m.id for m in unobserved}
     protected = [m for m in step_input if m.id not in seen and m.role == 'user']
@@ -93,9 +93,18 @@ def buffered_windows(rt: Runtime, record: OMRecord | None, thread_id: str, pendi
     )
 
 
-def status_part(rt: Runtime, record: OMRecord, messages: Sequence[Message], thread_id: str, step_number: int) -> Status:
-    """`data-om-status` for the messages the Actor gets."""
-    total = rt.counter.count_messages(messages)
+def status_part(
+    rt: Runtime,
+    record: OMRecord,
+    messages: Sequence[Message],
+    thread_id: str,
+    step_number: int,
+    *,
+    other_tokens: int = 0,
+) -> Status:
+    """`data-om-status` for the messages the Actor gets; `other_tokens`: the other threads' unobserved tokens
+    (resource scope)."""
+    total = rt.counter.count_messages(messages) + other_tokens
     return Status(
         message_tokens=total,
         message_threshold=rt.message_threshold(record),

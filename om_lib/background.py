@@ -1,21 +1,56 @@
 """Outcomes of background work that a later step tells the client about.
 
-A worker has no client to answer: the end or failed part of a buffering job or a background reflection is kept on
-the record (bounded, newest last) until the next step answers it. At least once: two concurrent steps may both
-answer a part, and a lost write answers it again next step.
+A worker has no client to answer: the parts of a buffering job, a worker's observation, a background reflection (the
+worker's or the reflection workflow's) are kept on the record (bounded, newest last) until the next step answers
+them, in every mode: buffered or not, thread or resource scope. Exactly once: a step takes the kept parts off the
+record with one conditional write and answers only what its write removed, so of two concurrent steps one answers a
+part and the other does not (a step whose answer is then lost in transit loses them too).
+
+Large texts are not kept twice: a buffered chunk's observations, a staged reflection and a reflection's new log are
+on the record already, and delivery copies them into the part (`observations`, the seed's field).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from typing import Any
 
 from om_lib import buffering as buf
-from om_lib.parts import BufferingEnd, CycleParts, OMPart, StoredPart, with_observations
+from om_lib.parts import (
+    BufferingEnd,
+    BufferingFailed,
+    CycleParts,
+    ObservationEnd,
+    ObservationFailed,
+    ObservationStart,
+    OMPart,
+    StoredPart,
+    ThreadUpdate,
+    with_observations,
+)
 from om_lib.record_writer import LeaseName
 from om_lib.records import OMRecord
 from om_lib.runtime import Runtime
 
 logger = logging.getLogger(__name__)
+
+# The parts of background work a client is told about on its next step (status parts describe the step itself).
+KEPT_KINDS = frozenset(
+    kind.TYPE
+    for kind in (ObservationStart, ObservationEnd, ObservationFailed, ThreadUpdate, BufferingEnd, BufferingFailed)
+)
+# Parts whose `observations` text the record holds already: kept without it, filled in on delivery.
+_TEXT_ON_RECORD = frozenset({BufferingEnd.TYPE})
+
+
+def stored_form(part: OMPart) -> dict[str, Any]:
+    """A part as kept on a record: its JSON, without a reflection's new log (the record holds it)."""
+    stored = part.to_json()
+    data = stored['data']
+    if part.kind() == ObservationEnd.TYPE and data.get('operationType') == 'reflection':
+        data.pop('observations', None)
+    return stored
 
 
 def finish_background(
@@ -37,27 +72,66 @@ def finish_background(
         logger.warning('could not record a background outcome', extra={'key': record.key})
 
 
+def keep_background_parts(rt: Runtime, record_key: str, parts: Iterable[OMPart]) -> None:
+    """Keep what a worker's job produced (observation and reflection start/end/failed, title updates) on the record,
+    for the client's next step (best effort: a lost write loses only the news, never memory)."""
+    kept = [stored_form(p) for p in parts if p.kind() in KEPT_KINDS]
+    record = rt.store.get_record(record_key) if kept else None
+    if record is None:
+        return
+
+    def keep(current: OMRecord) -> OMRecord:
+        waiting = current.background_parts
+        for stored in kept:
+            waiting = buf.keep_background_part(waiting, stored)
+        return current.model_copy(update={'background_parts': waiting})
+
+    if rt.writer.try_commit(record, keep) is None:
+        logger.warning('could not record background outcomes', extra={'key': record_key})
+
+
 def deliver_background_parts(rt: Runtime, record: OMRecord, parts: CycleParts) -> OMRecord:
-    """Answer the end/failed parts of background work finished since the last step, then forget them."""
-    waiting = record.background_parts
-    if not waiting:
+    """Answer the parts background work kept since the last step, exactly once, and forget them."""
+    if not record.background_parts:
         return record
-    texts = {c.cycle_id: c.observations for c in record.buffered_chunks}
-    for stored in waiting:
-        part = StoredPart.from_json(stored)
-        text = texts.get(part.cycle_id)
-        if part.kind() == BufferingEnd.TYPE and 'observations' not in part.stored and text:
-            part = StoredPart(type=part.type, stored={**part.stored, 'observations': text})
-        parts.add(part)
-    delivered = {buf.background_part_key(p) for p in waiting}
+    taken: list[dict[str, Any]] = []
 
-    def forget(current: OMRecord) -> OMRecord | None:
-        rest = tuple(p for p in current.background_parts if buf.background_part_key(p) not in delivered)
-        if len(rest) == len(current.background_parts):
-            return None
-        return current.model_copy(update={'background_parts': rest})
+    def take(current: OMRecord) -> OMRecord | None:
+        if not current.background_parts:
+            return None  # a concurrent step answered them
+        taken[:] = current.background_parts
+        return current.model_copy(update={'background_parts': ()})
 
-    return rt.writer.try_commit(record, forget) or record
+    committed = rt.writer.try_commit(record, take)
+    if committed is None:
+        return rt.writer.fresh(record)
+    for stored in taken:
+        parts.add(_with_text(committed, StoredPart.from_json(stored)))
+    return committed
 
 
-__all__ = ['deliver_background_parts', 'finish_background', 'with_observations']
+def _with_text(record: OMRecord, part: StoredPart) -> StoredPart:
+    """The part with its `observations` text, from the record where it is kept there ('' when it is gone)."""
+    data = part.stored
+    kind = part.kind()
+    if 'observations' in data or kind not in {*_TEXT_ON_RECORD, ObservationEnd.TYPE, BufferingFailed.TYPE}:
+        return part
+    text = ''
+    if kind == BufferingEnd.TYPE and data.get('operationType') == 'reflection':
+        if record.buffered_reflection_cycle_id == part.cycle_id:
+            text = record.buffered_reflection or ''
+    elif kind == BufferingEnd.TYPE:
+        text = next((c.observations for c in record.buffered_chunks if c.cycle_id == part.cycle_id), '')
+    elif kind == ObservationEnd.TYPE and record.id == data.get('recordId'):
+        text = record.active_observations  # the generation this reflection made (lines appended since included)
+    return StoredPart(type=part.type, stored={**data, 'observations': text})
+
+
+__all__ = [
+    'KEPT_KINDS',
+    'deliver_background_parts',
+    'finish_background',
+    'keep_background_parts',
+    'stored_form',
+    'with_observations',
+]

@@ -24,7 +24,7 @@ from om_lib.messages import Message
 from om_lib.observation import Backlog, ObservationPipeline, ThreadFailure, backlog_of, update_thread_hints
 from om_lib.parts import Activation, BufferingEnd, BufferingFailed, BufferingStart, CycleParts, with_observations
 from om_lib.records import Lease, ObservationGroup, OMRecord, Thread
-from om_lib.runtime import Runtime, has_pending_tool_call
+from om_lib.runtime import Runtime, before_step_input, has_pending_tool_call
 from om_lib.thresholds import resolve_retention_floor
 from om_lib.work import Job
 
@@ -69,10 +69,12 @@ class ObservationBuffering:
                 pending = rt.counter.count_messages(unobserved)
         waiting_on_tool = has_pending_tool_call(unobserved)
         retained: list[Message] = []
-        if unobserved and not waiting_on_tool and s.block_after is not None and pending >= s.block_after:
+        observable = before_step_input(unobserved, step_input)
+        if observable and not waiting_on_tool and s.block_after is not None and pending >= s.block_after:
             # Buffering could not keep up: observe synchronously, the last resort (spec §7.9, seed 000 blockAfter).
+            # The step's own input stays out: the Actor answers it, so it must not be shown twice.
             before = unobserved
-            backlog = backlog_of(thread.id, unobserved, rt)
+            backlog = backlog_of(thread.id, observable, rt)
             record = self.pipeline.observe(record, [backlog], deadline, parts, due_at=int(s.block_after))
             thread = rt.store.get_thread(record.resource_id, thread.id) or thread
             unobserved = rt.load_after(record.resource_id, thread.id, record.cursor(thread.id))

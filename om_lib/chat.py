@@ -47,9 +47,8 @@ from om_lib.llm import (
     ModelResponse,
 )
 from om_lib.messages import FilePart, ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
-from om_lib.parts import ActorFailed, CycleParts, ReplyUnsaved, SemanticRecallFailed
+from om_lib.parts import ActorFailed, CycleParts, ReplyUnsaved
 from om_lib.recall import RecallRequest, recall
-from om_lib.semantic import embedding_text, format_recalled
 from om_lib.working_memory import TOOL_NAME as WORKING_MEMORY_TOOL
 from om_lib.working_memory import WorkingMemory
 
@@ -139,9 +138,6 @@ class ChatService:
         offered = [t for t in tools if t.name not in internal] + step.tools
         retrieval = engine.settings.retrieval
         recall_scope: Literal['thread', 'resource'] = retrieval.scope if retrieval is not None else 'thread'
-        recalled = self._semantic_recall(resource_id, thread_id, message, step.messages, parts)
-        if recalled:
-            system += '\n\n' + recalled
         deadline = max(started + engine.time_budget_s, engine.clock.monotonic() + MIN_ACTOR_S)
         turn_messages: list[Message] = []  # the tool rounds of this turn, saved before the reply
         actor_calls = 0
@@ -242,39 +238,6 @@ class ChatService:
         except OMError as exc:
             logger.warning('recall failed', extra={'thread_id': thread_id, 'error': exc.code})
             return {'error': 'recall could not read the history right now; answer without it or try again'}, True
-
-    # -- semantic recall --------------------------------------------------------------------------------------------
-    def _semantic_recall(
-        self,
-        resource_id: str,
-        thread_id: str,
-        message: Message,
-        in_context: Sequence[Message],
-        parts: CycleParts,
-    ) -> str:
-        """`semanticRecall`: earlier messages similar to the user's message, as a system-message section.
-
-        Messages already in the Actor's context are left out. A failure (the embedding model is down) costs the
-        Actor this context only: it is logged and reported as a `data-om-semantic-recall-failed` part.
-        """
-        settings = self.engine.settings.semantic_recall
-        query = embedding_text(message)
-        if self.semantic is None or settings is None or not query:
-            return ''
-        try:
-            recalled = self.semantic.recall_context(
-                resource_id,
-                thread_id,
-                query,
-                settings,
-                exclude_ids={m.id for m in in_context} | {message.id},
-                catch_up=False,  # what the thread's jobs have not indexed yet is in the Actor's context already
-            )
-        except OMError as exc:
-            logger.warning('semantic recall failed', extra={'thread_id': thread_id, 'error': exc.code})
-            parts.add(SemanticRecallFailed(error=exc.code, retryable=exc.retryable))
-            return ''
-        return format_recalled(recalled, thread_id)
 
     # -- request and reply ------------------------------------------------------------------------------------------
     def _reply(self, response: ModelResponse) -> Message:

@@ -89,6 +89,8 @@ DEFAULT_REFLECTION_BUFFER_ACTIVATION = 0.5
 DEFAULT_OBSERVER_TEMPERATURE = 0.3
 DEFAULT_REFLECTOR_TEMPERATURE = 0.0
 DEFAULT_MAX_OUTPUT_TOKENS = 100_000
+# Seed 003: the recent messages automatically included in the context (message history without observational memory).
+DEFAULT_LAST_MESSAGES = 10
 OBSERVER_THINKING_BUDGET = 215
 REFLECTOR_THINKING_BUDGET = 1024
 
@@ -488,6 +490,7 @@ class ResolvedOMConfig:
         working_memory: The working memory options, None when off.
         semantic_recall: Semantic recall settings, None when off.
         title_generation: Title generation settings, None when off.
+        last_messages: How many recent messages a step includes when observational memory is off (0: none).
     """
 
     enabled: bool
@@ -521,6 +524,7 @@ class ResolvedOMConfig:
     working_memory: WorkingMemoryConfig | None
     semantic_recall: SemanticRecallSettings | None
     title_generation: TitleGenerationSettings | None
+    last_messages: int = DEFAULT_LAST_MESSAGES
 
     def max_message_threshold(self) -> int:
         """The largest observation threshold (`getMaxThreshold(messageTokens)`)."""
@@ -534,9 +538,6 @@ class ResolvedOMConfig:
 # ---------------------------------------------------------------------------------------------------------------------
 # The document
 # ---------------------------------------------------------------------------------------------------------------------
-
-# Document keys that configure observational memory itself; setting any of them requires a model (seed 000).
-_OM_OPTIONS = frozenset({'scope', 'observation', 'reflection', 'share_token_budget', 'retrieval'})
 
 
 class OMConfig(_Doc):
@@ -567,6 +568,10 @@ class OMConfig(_Doc):
         default=False, description='Semantic recall; off unless set.'
     )
     generate_title: bool | GenerateTitleConfig = Field(default=False, description='Generate thread titles.')
+    last_messages: int | Literal[False] = Field(
+        default=DEFAULT_LAST_MESSAGES,
+        description='Recent messages a step includes when observational memory is off (seed 003); false: none.',
+    )
 
     _resolved: ResolvedOMConfig = PrivateAttr()
 
@@ -607,6 +612,15 @@ class OMConfig(_Doc):
             return GenerateTitleConfig.model_validate(value)
         if not isinstance(value, bool | GenerateTitleConfig):
             raise ValueError(f'generateTitle must be true, false or {{model, instructions}}, got {value!r}')
+        return value
+
+    @field_validator('last_messages', mode='before')
+    @classmethod
+    def _last_messages(cls, value: Any) -> Any:
+        if value is False:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f'lastMessages must be a whole number >= 0 or false, got {value!r}')
         return value
 
     @model_validator(mode='after')
@@ -664,13 +678,8 @@ def _resolve_models(config: OMConfig) -> tuple[ModelSpec, ModelSpec, bool, bool]
     observer = observer if observer is not None else reflection.model
     reflector = config.model if config.model is not None else reflection.model
     reflector = reflector if reflector is not None else observation.model
-    # Seed 000: a config object must name a model. We apply it to documents that configure observational memory
-    # (anything beyond `enabled`); `true`, `{}` and documents with only the wider options use the default model.
-    if config.enabled and observer is None and _OM_OPTIONS & config.model_fields_set:
-        raise ValueError(
-            'Observational Memory requires a model to be set: set `model` (e.g. "default" for '
-            f'{DEFAULT_MODEL}), `observation.model` or `reflection.model`. See {DOCS_MODELS_URL}'
-        )
+    # Seed 000 asks a config object to name a model; like `observationalMemory: true`, a document without one runs on
+    # the default model (a newcomer's `{"observation": {"messageTokens": 500}}` should just work).
     observer_spec = parse_model_spec(observer) if observer is not None else _model_ref('default')
     reflector_spec = parse_model_spec(reflector) if reflector is not None else _model_ref('default')
     return observer_spec, reflector_spec, _is_default_model(observer), _is_default_model(reflector)
@@ -854,6 +863,7 @@ def _resolve(config: OMConfig) -> ResolvedOMConfig:
         working_memory=config.working_memory if config.working_memory and config.working_memory.enabled else None,
         semantic_recall=_resolve_semantic_recall(config.semantic_recall),
         title_generation=_resolve_title_generation(config.generate_title, actor_model),
+        last_messages=0 if config.last_messages is False else config.last_messages,
     )
 
 

@@ -1,7 +1,8 @@
 """A step and a turn as an agent sees them: the engine's step plus everything around it that belongs to every client.
 
-`step` is the engine's step (memory updated, observations and unobserved messages) with the working-memory block in
-the system message and the tool declarations the Actor should expose (recall, updateWorkingMemory). `turn` saves the
+`step` is the engine's step (memory updated, observations and unobserved messages) with the working-memory block and
+(`semanticRecall`) the recalled earlier messages in the system message, and the tool declarations the Actor should
+expose (recall, updateWorkingMemory). `turn` saves the
 turn's outputs and starts what follows a turn (indexing for semantic search, a title after the first turn). The
 `/steps` and `/turns` routes and the chat service both build on these two, so the Actor's context is built in one
 place.
@@ -14,12 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from om_lib.engine import MemoryEngine
+from om_lib.errors import OMError
 from om_lib.llm import FunctionDeclaration
 from om_lib.messages import Message
-from om_lib.parts import CycleParts, Scheduled
+from om_lib.parts import CycleParts, Scheduled, SemanticRecallFailed
 from om_lib.recall import recall_tool
 from om_lib.records import OMRecord
-from om_lib.semantic import SemanticMemory
+from om_lib.semantic import SemanticMemory, embedding_text, format_recalled
 from om_lib.titles import after_turn as title_after_turn
 from om_lib.working_memory import working_memory_of
 
@@ -81,6 +83,10 @@ class Conversation:
         """
         step = self.engine.prepare_step(resource_id, thread_id, messages, step_number=step_number)
         system = step.system
+        parts = step.parts
+        recalled = self._semantic_recall(resource_id, thread_id, messages, step.messages, parts)
+        if recalled:
+            system = f'{system}\n\n{recalled}' if system.strip() else recalled
         tools: list[FunctionDeclaration] = []
         recall = self.recall_declaration()
         if recall is not None:
@@ -96,10 +102,43 @@ class Conversation:
             system,
             step.messages,
             tools,
-            step.parts,
+            parts,
             step.record,
             step.saved_ids,
         )
+
+    def _semantic_recall(
+        self,
+        resource_id: str,
+        thread_id: str,
+        step_input: Sequence[Message],
+        in_context: Sequence[Message],
+        parts: CycleParts,
+    ) -> str:
+        """`semanticRecall`: earlier messages similar to the step's newest user message, as a system-message section.
+
+        Messages already in the Actor's context are left out. A failure (the embedding model is down) costs the
+        Actor this context only: it is logged and reported as a `data-om-semantic-recall-failed` part.
+        """
+        settings = self.engine.settings.semantic_recall
+        latest = next((m for m in reversed(step_input) if m.role == 'user'), None)
+        query = embedding_text(latest) if latest is not None else ''
+        if self.semantic is None or settings is None or not query or latest is None:
+            return ''
+        try:
+            recalled = self.semantic.recall_context(
+                resource_id,
+                thread_id,
+                query,
+                settings,
+                exclude_ids={m.id for m in in_context} | {latest.id},
+                catch_up=False,  # what the thread's jobs have not indexed yet is in the Actor's context already
+            )
+        except OMError as exc:
+            logger.warning('semantic recall failed', extra={'thread_id': thread_id, 'error': exc.code})
+            parts.add(SemanticRecallFailed(error=exc.code, retryable=exc.retryable))
+            return ''
+        return format_recalled(recalled, thread_id)
 
     def turn(self, resource_id: str, thread_id: str, outputs: Sequence[Message]) -> AgentTurn:
         """Save the turn's outputs; queue what is due (background memory work, indexing, a title)."""

@@ -167,14 +167,22 @@ class MemoryEngine:
         """The scheduled sweeper (om_lib/jobs.py)."""
         return self.jobs.sweep(quiet_for=quiet_for, limit=limit)
 
-    # -- the reflection workflow's tasks (om_lib/reflection.py) --------------------------------------------------------
+    # -- the reflection workflow's tasks (om_lib/reflection.py); the client hears of a run on its next step ----------
     def workflow_check(self, job: Job, owner: str) -> dict[str, Any]:
         """Is reflection due? If so take the run's lease for `owner`."""
-        return self.reflection.check(job, owner)
+        result = self.reflection.check(job, owner)
+        self.jobs.workflow_checked(job, owner, result)
+        return result
 
     def workflow_reflect(self, job: Job, owner: str, *, deadline: float | None = None) -> dict[str, Any]:
         """Draft the reflection and stage it on the record."""
-        return self.reflection.stage(job, owner, deadline=deadline)
+        result = self.reflection.stage(job, owner, deadline=deadline)
+        if result.get('outcome') == 'not_smaller':
+            error = 'no reflection was smaller than the observations it condenses; they were kept as they are'
+            self.jobs.workflow_ended(
+                job, owner, 'not_smaller', input_tokens=int(result.get('inputTokens') or 0), error=error
+            )
+        return result
 
     def workflow_validate(self, job: Job, owner: str) -> dict[str, Any]:
         """Refuse a staged reflection that is empty or not smaller."""
@@ -182,11 +190,19 @@ class MemoryEngine:
 
     def workflow_commit(self, job: Job, owner: str) -> dict[str, Any]:
         """Make the staged reflection the new generation."""
-        return self.reflection.commit_staged(job, owner)
+        staged = self.rt.store.get_record(job.record_key)
+        result = self.reflection.commit_staged(job, owner)
+        if result.get('outcome') == 'committed':
+            input_tokens = (staged.buffered_reflection_input_tokens or 0) if staged is not None else 0
+            self.jobs.workflow_ended(job, owner, 'committed', input_tokens=input_tokens)
+        return result
 
     def workflow_release(self, job: Job, owner: str) -> dict[str, Any]:
         """The failure path: drop what was staged and the lease."""
-        return self.reflection.release(job, owner)
+        result = self.reflection.release(job, owner)
+        if result.get('released'):
+            self.jobs.workflow_ended(job, owner, 'failed')
+        return result
 
     # -- reading -------------------------------------------------------------------------------------------------------
     def memory_view(self, resource_id: str, thread_id: str) -> dict[str, Any]:
@@ -205,9 +221,10 @@ class MemoryEngine:
             'observations': record.active_observations if record else '',
             'observationTokens': record.observation_tokens if record else 0,
             'pendingMessageTokens': pending,
+            # The thresholds in force now: under `shareTokenBudget` they move with the observations' size.
             'thresholds': {
                 'messageTokens': rt.message_threshold(record),
-                'observationTokens': self.settings.observation_tokens,
+                'observationTokens': rt.observation_threshold(record) if record else self.settings.observation_tokens,
             },
             'currentTask': thread.current_task,
             'suggestedResponse': thread.suggested_response,
@@ -244,3 +261,40 @@ class MemoryEngine:
             else:
                 out.append('unobserved')
         return out
+
+    def generations_view(self, resource_id: str, thread_id: str, *, limit: int = 10) -> dict[str, Any]:
+        """What `GET /threads/{threadId}/memory/generations` shows: the memory's generations, newest first (the live
+        one first, marked `current`). Resource scope lists the resource's memory. Raises ThreadNotFoundError."""
+        rt = self.rt
+        if rt.store.get_thread(resource_id, thread_id) is None:
+            raise ThreadNotFoundError(thread_id)
+        key = record_key(self.settings.scope, resource_id, thread_id)
+        found = rt.store.list_generations(key, limit=limit + 1)
+        head = found[0] if found else None
+        return {
+            'scope': self.settings.scope,
+            'recordId': head.id if head else None,
+            'generations': [_generation_json(r, current=r is head) for r in found[:limit]],
+            'hasMore': len(found) > limit,
+        }
+
+
+def generation_trigger(record: OMRecord) -> str:
+    """What made a generation: `initial` (the first), `reflection` (the Reflector condensed the one before), or
+    `reset` (observed messages were deleted, or a thread erased from a resource's memory; the rest is observed
+    again)."""
+    if record.origin == 'reflection':
+        return 'reflection'
+    return 'initial' if record.generation == 0 else 'reset'
+
+
+def _generation_json(record: OMRecord, *, current: bool) -> dict[str, Any]:
+    return {
+        'generation': record.generation,
+        'recordId': record.id,
+        'current': current,
+        'trigger': generation_trigger(record),
+        'createdAt': iso(record.created_at),
+        'observations': record.active_observations,
+        'observationTokens': record.observation_tokens,
+    }

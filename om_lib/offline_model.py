@@ -1,22 +1,29 @@
 """The built-in offline language model: deterministic, no network, used when no model credentials are set.
 
-It reads the structured input a `ModelRequest` carries (`source_messages`, `source_observations`) instead of
-following prompts, and plays each role well enough for local commands and demos (CONTRACT §3):
+It is what a newcomer sees first, so it plays each role well enough to show observational memory working (CONTRACT
+§3). It reads the structured input a `ModelRequest` carries (`source_messages`, `source_observations`) instead of
+following prompts:
 
-* **Observer**: writes dated, prioritised observations in the reference's format (spec §13.1 item 3) from what was
-  said: user statements 🔴, user questions and tool activity 🟡, assistant replies 🟢, plus `<current-task>`,
-  `<suggested-response>` and (when titles are on) `<thread-title>`.
-* **Reflector**: really condenses a log (spec §15): merges repeated dates, drops duplicates and low-priority lines,
-  more aggressively at higher compression levels, and never drops a 🔴 or ✅ line.
-* **Actor**: answers from memory, citing the observation lines that share the most words with the question, and
-  says it is offline.
+* **Observer**: dated, prioritised observations in the reference's format (spec §13.1 item 3) from what was said,
+  one line per sentence the user said, each kept whole: statements 🔴, questions 🟡, the assistant's reply 🟢 (its
+  first sentence), tool activity 🟡; plus `<current-task>`, `<suggested-response>` and (titles on) `<thread-title>`.
+* **Reflector**: really condenses a log (spec §15) toward a size it can reach: about 55% of its input at level 0,
+  down to 20% at level 3 (below every target the ladder asks for once the log is past its threshold). It merges
+  repeated dates, threads and duplicates, drops chatter, then folds older days into one line per day (the user's
+  facts joined, filler words left out), oldest first, until the log fits. The newest day keeps its detail longest;
+  `## Group` / `_range:` lines of retrieval mode pass through untouched, so recall still finds the messages.
+* **Actor**: answers a question with the remembered lines that match it (words weighted by how rare they are in
+  memory, with a few everyday synonyms), quoting them with their date; it acknowledges a statement; and it says it is
+  offline.
 * **Title**: a 2–5 word Title Case title from the first user message.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import unquote, urlparse
@@ -33,6 +40,7 @@ from om_lib.messages import (
 )
 
 __all__ = [
+    'OFFLINE_ANSWER_PREFIX',
     'STARTUP_NOTICE',
     'OfflineLanguageModel',
     'answer',
@@ -47,6 +55,8 @@ STARTUP_NOTICE = (
     'No model credentials found: using the built-in offline model (deterministic, no network). '
     'Set GEMINI_API_KEY to use Gemini.'
 )
+# Every offline Actor answer starts with this (the Observer recognises its own answers by it).
+OFFLINE_ANSWER_PREFIX = '(offline model)'
 
 RED, YELLOW, GREEN, DONE = '🔴', '🟡', '🟢', '✅'
 _EMOJIS = (RED, YELLOW, GREEN, DONE)
@@ -58,32 +68,65 @@ _STOPWORDS = frozenset(
     a about above after again against all also am an and any are aren't as at be because been before being below
     between both but by can can't cannot could couldn't did didn't do does doesn't doing don't down during each
     few for from further had hadn't has hasn't have haven't having he her here hers herself him himself his how i
-    i'm if in into is isn't it it's its itself just let's me more most mustn't my myself no nor not now of off on
-    once only or other ought our ours ourselves out over own please same shan't she should shouldn't so some such
-    than that that's the their theirs them themselves then there there's these they they're this those through to
-    too under until up very was wasn't we we're were weren't what what's when where which while who whom why will
+    i'm i've i'd if in into is isn't it it's its itself just let's me more most mustn't my myself no nor not now of
+    off on once only or other ought our ours ourselves out over own please same shan't she should shouldn't so some
+    such than that that's the their theirs them themselves then there there's these they they're this those through
+    to too under until up very was wasn't we we're were weren't what what's when where which while who whom why will
     with won't would wouldn't you you're your yours yourself yourselves tell know remember said say told user
-    assistant stated asked replied thing things something anything yes okay
+    assistant stated asked replied thing things something anything yes okay ok hi hello hey thanks thank really
     """.split()
 )
+# Question words that point at facts stated in other words ("where do I live?" → "I moved to Lisbon").
+_SYNONYMS: dict[str, tuple[str, ...]] = {
+    'live': ('home', 'moved', 'based', 'city', 'reside', 'apartment', 'house'),
+    'home': ('live', 'moved', 'house', 'apartment'),
+    'work': ('job', 'employer', 'company', 'engineer', 'office'),
+    'job': ('work', 'employer', 'company', 'profession'),
+    'born': ('birthday', 'birth'),
+    'birthday': ('born', 'birth'),
+    'eat': ('food', 'vegetarian', 'vegan', 'allergic', 'diet', 'dish'),
+    'food': ('eat', 'vegetarian', 'vegan', 'allergic', 'favorite', 'favourite', 'dish'),
+    'allergic': ('allergy', 'eat', 'can'),
+    'pet': ('dog', 'cat', 'bird', 'fish', 'rabbit'),
+    'name': ('called', 'named'),
+    'afraid': ('fear', 'scared', 'phobia'),
+    'fear': ('afraid', 'scared', 'phobia'),
+    'scared': ('afraid', 'fear', 'phobia'),
+    'grow': ('plant', 'garden', 'growing'),
+    'spend': ('budget', 'cost', 'price', 'dollars', 'euros', 'money', 'afford'),
+    'budget': ('spend', 'cost', 'price', 'dollars', 'euros', 'money', 'max'),
+    'cost': ('price', 'budget', 'dollars', 'euros', 'spend'),
+    'price': ('cost', 'budget', 'dollars', 'euros'),
+    'called': ('name', 'named'),
+    'old': ('age', 'born'),
+    'age': ('old', 'born'),
+    'married': ('wife', 'husband', 'partner', 'spouse'),
+    'partner': ('wife', 'husband', 'married', 'spouse', 'boyfriend', 'girlfriend'),
+    'car': ('drive', 'drives', 'vehicle'),
+    'drive': ('car', 'vehicle'),
+    'favorite': ('favourite', 'love', 'like', 'prefer'),
+    'favourite': ('favorite', 'love', 'like', 'prefer'),
+    'like': ('love', 'enjoy', 'prefer', 'favorite', 'favourite'),
+}
 
-_USER_LINE_MAX = 200
-_ASSISTANT_LINE_MAX = 120
-_SNIPPET_MAX = 80
-_LONG_MESSAGE_CHARS = 200
-_MAX_SENTENCES = 5
-_LEVEL3_LINE_MAX = 80
+_ASSISTANT_SENTENCE_MAX = 240
+_SNIPPET_MAX = 120
 _ACTOR_MAX_CITATIONS = 3
 _RECENT_TAIL = 3
+# The size a reflection aims for, as a share of its input, by compression level (0-3).
+_REFLECTION_SHARE = (0.55, 0.45, 0.32, 0.2)
 
 _SKIP_HINTS_RE = re.compile(r'do not include\s*<current-task>', re.IGNORECASE)
 _TIME_PREFIX_RE = re.compile(r'^\(\d{1,2}:\d{2}(?:\s*[AP]M)?\)\s*', re.IGNORECASE)
 _BOUNDARY_RE = re.compile(r'^---\s*message boundary\s*\(.*\)\s*---$')
 _THREAD_OPEN_RE = re.compile(r'^<thread\s+id="([^"]*)"\s*>(.*)$')
+_GROUP_HEADER_RE = re.compile(r'^## Group `[^`\n]+`\s*$')
+_RANGE_LINE_RE = re.compile(r'^_range: `[^`\n]*`_\s*$')
 _HINT_BLOCK_RE = re.compile(r'^<(current-task|suggested-response|thread-title)>(.*)$')
 _XML_TAG_LINE_RE = re.compile(r'^</?[A-Za-z][\w-]*(?:\s[^>]*)?>$')
 _SENTENCE_SPLIT_RE = re.compile(r'(?<=[.!?])\s+(?=\S)')
 _WORD_RE = re.compile(r"[a-z0-9][a-z0-9'_-]*")
+_SPEAKER_RE = re.compile(r'^(User|Assistant) (?:stated|asked|replied):?\s*')
 
 
 def format_observation_date(dt: datetime) -> str:
@@ -150,12 +193,6 @@ def _collapse(text: str) -> str:
     return ' '.join(text.split())
 
 
-def _truncate(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return text[: limit - 1].rstrip() + '…'
-
-
 def _strip_reminders(text: str) -> str:
     return re.sub(r'<system-reminder>.*?(</system-reminder>|$)', ' ', text, flags=re.DOTALL)
 
@@ -168,16 +205,26 @@ def _skip_hints(request: ModelRequest) -> bool:
     return bool(_SKIP_HINTS_RE.search(_user_prompt_text(request.contents)))
 
 
-def _normalize(text: str) -> str:
-    """An observation's text for duplicate detection: no bullet, emoji or time; lower case; single spaces."""
-    t = text.strip()
+def _sentences(text: str) -> list[str]:
+    """The sentences of `text`, each whole, repeats once."""
+    flat = _collapse(text)
+    return list(dict.fromkeys(s.strip() for s in _SENTENCE_SPLIT_RE.split(flat) if s.strip()))
+
+
+def _strip_prefix(line: str) -> str:
+    """The text of an observation line after its bullet, emoji and time."""
+    t = line.strip()
     if t[:2] in ('* ', '- '):
         t = t[2:].lstrip()
     for emoji in _EMOJIS:
         if t.startswith(emoji):
             t = t[len(emoji) :].lstrip()
-    t = _TIME_PREFIX_RE.sub('', t)
-    return _collapse(t).lower().rstrip('.!;,: ')
+    return _TIME_PREFIX_RE.sub('', t)
+
+
+def _normalize(text: str) -> str:
+    """An observation's text for duplicate detection: no bullet, emoji or time; lower case; single spaces."""
+    return _collapse(_strip_prefix(text)).lower().rstrip('.!;,: ')
 
 
 def _is_question(text: str) -> bool:
@@ -188,18 +235,44 @@ def _is_question(text: str) -> bool:
     return first is not None and first.group(0).lower() in _QUESTION_WORDS
 
 
+def _stem(word: str) -> str:
+    """A crude stem, enough to match `lives`/`living`/`lived` to `live` and `keys` to `key`."""
+    if len(word) > 4 and word.endswith('ies'):
+        word = word[:-3] + 'y'
+    elif len(word) > 5 and word.endswith(('ing', 'ed')):
+        word = word[: -3 if word.endswith('ing') else -2]
+    elif len(word) > 4 and word.endswith('es') and word[:-2].endswith(('s', 'x', 'z', 'ch', 'sh')):
+        word = word[:-2]
+    elif len(word) > 3 and word.endswith('s') and not word.endswith('ss'):
+        word = word[:-1]
+    return word[:-1] if len(word) > 3 and word.endswith('e') else word
+
+
 def _words(text: str) -> set[str]:
+    """The content words of `text`, lower case and stemmed (possessives and common suffixes off)."""
     out: set[str] = set()
     for w in _WORD_RE.findall(text.lower()):
         w = w.strip("'_-")
         if w.endswith("'s"):
             w = w[:-2]
-        if len(w) < 3 or w in _STOPWORDS:
+        if len(w) < 2 or w in _STOPWORDS:
             continue
-        if len(w) > 4 and w.endswith('s') and not w.endswith('ss'):
-            w = w[:-1]
-        out.add(w)
+        out.add(_stem(w))
     return out
+
+
+# Words a shortened fact must keep: without them "Sam can't eat shellfish" would say the opposite.
+_NEGATIONS = frozenset(
+    "no not nor never cannot can't couldn't don't doesn't didn't isn't aren't wasn't weren't won't wouldn't shouldn't "
+    "hasn't haven't hadn't mustn't shan't".split()
+)
+_FILLER = _STOPWORDS - _NEGATIONS
+
+
+def _telegraphic(text: str) -> str:
+    """`text` without filler words (the offline Reflector's way of saying the same in fewer tokens)."""
+    kept = [w for w in text.split() if w.lower().strip('.,;:!?"\'()').replace('’', "'") not in _FILLER]
+    return ' '.join(kept).strip(' ,;') or text
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -234,37 +307,53 @@ def _attachment_label(part: ImagePart | FilePart) -> str:
 
 
 def _result_snippet(result: object) -> str:
+    """A tool result's opening words (whole words; the rest is behind recall)."""
     if result is None:
         return ''
     if isinstance(result, str):
         text = result
     else:
-        import json
-
         try:
             text = json.dumps(result, ensure_ascii=False, sort_keys=True, default=str)
         except (TypeError, ValueError):
             text = str(result)
-    return _truncate(_collapse(text), _SNIPPET_MAX)
+    text = _collapse(text)
+    if len(text) <= _SNIPPET_MAX:
+        return text
+    cut = text[:_SNIPPET_MAX].rsplit(' ', 1)[0]
+    return f'{cut} (+{len(text) - len(cut)} more characters)'
+
+
+_INTRODUCTION_RE = re.compile(r"^(?:i'm|i am|my name is|call me)\s+([A-Z][\w'-]*)[.!]?$", re.IGNORECASE)
 
 
 def _user_text_observations(at: datetime, text: str) -> list[_Obs]:
+    """One observation per sentence the user said, kept whole; greetings and other content-free words are left out."""
+    out: list[_Obs] = []
+    for sentence in _sentences(text):
+        intro = _INTRODUCTION_RE.match(sentence)
+        if intro and intro.group(1)[:1].isupper():
+            out.append(_Obs(at, RED, f'User stated their name is {intro.group(1)}.'))
+            continue
+        if not _words(sentence):
+            continue  # "Hi!", "Thanks." and the like say nothing to remember
+        if _is_question(sentence):
+            out.append(_Obs(at, YELLOW, f'User asked: {sentence}'))
+        else:
+            out.append(_Obs(at, RED, f'User stated: {sentence}'))
+    return out
+
+
+def _assistant_observation(at: datetime, text: str) -> _Obs | None:
     flat = _collapse(text)
     if not flat:
-        return []
-    if len(flat) > _LONG_MESSAGE_CHARS:
-        # Repeated sentences count once; only the first few distinct ones become observations.
-        sentences = list(dict.fromkeys(s.strip() for s in _SENTENCE_SPLIT_RE.split(flat) if s.strip()))
-    else:
-        sentences = [flat]
-    out: list[_Obs] = []
-    for sentence in sentences[:_MAX_SENTENCES]:
-        s = _truncate(sentence.strip(), _USER_LINE_MAX)
-        if _is_question(s):
-            out.append(_Obs(at, YELLOW, f'User asked: {s}'))
-        else:
-            out.append(_Obs(at, RED, f'User stated: {s}'))
-    return out
+        return None
+    if flat.startswith(OFFLINE_ANSWER_PREFIX):
+        return None  # our own quotes of memory: remembering them again would only echo the lines they quote
+    first = _sentences(flat)[0]
+    if len(first) > _ASSISTANT_SENTENCE_MAX:
+        first = _telegraphic(first)
+    return _Obs(at, GREEN, f'Assistant replied: {first}')
 
 
 def _message_observations(message: Message) -> list[_Obs]:
@@ -282,7 +371,9 @@ def _message_observations(message: Message) -> list[_Obs]:
         if role == 'user':
             out.extend(_user_text_observations(at, text))
         else:
-            out.append(_Obs(at, GREEN, f'Assistant replied: {_truncate(_collapse(text), _ASSISTANT_LINE_MAX)}'))
+            reply = _assistant_observation(at, text)
+            if reply is not None:
+                out.append(reply)
 
     for part in message.parts:
         if isinstance(part, TextPart):
@@ -306,14 +397,15 @@ def _message_observations(message: Message) -> list[_Obs]:
     return out
 
 
-def _last_user_text(messages: Sequence[Message]) -> str:
+def _last_user_sentence(messages: Sequence[Message]) -> str:
+    """The last sentence of the last user message (whole), for the continuation hints."""
     for m in reversed(messages):
         if m.role != 'user':
             continue
         texts = [p.text for p in m.parts if isinstance(p, TextPart) and not p.text.lstrip().startswith('<system-')]
-        text = _collapse(' '.join(texts))
-        if text:
-            return text
+        sentences = [s for s in _sentences(' '.join(texts)) if _words(s)]
+        if sentences:
+            return sentences[-1]
     return ''
 
 
@@ -360,18 +452,12 @@ def _observe_messages(messages: Sequence[Message], previous: set[tuple[str, str,
             seen.add(key)
             observations.append(o)
     if not observations:
-        if ordered:
-            at = ordered[-1].created_at
-        else:
-            at = datetime.now(UTC)
+        at = ordered[-1].created_at if ordered else datetime.now(UTC)
         observations.append(_Obs(at, GREEN, 'Nothing notable happened in this exchange.'))
-    last_user = _last_user_text(ordered)
-    if last_user:
-        task = f'Primary: {_truncate(last_user, _ASSISTANT_LINE_MAX)}'
-    else:
-        task = 'Primary: none yet (waiting for the user)'
+    last_user = _last_user_sentence(ordered)
+    task = f'Primary: {last_user}' if last_user else 'Primary: none yet (waiting for the user)'
     if ordered and ordered[-1].role == 'user' and last_user:
-        hint = f'Respond to the user\'s latest message: "{_truncate(last_user, _SNIPPET_MAX)}"'
+        hint = f'Respond to the user\'s latest message: "{last_user}"'
     else:
         hint = "Wait for the user's next message and continue from the last reply."
     return observations, task, hint
@@ -451,11 +537,16 @@ class _Item:
 class _Group:
     date: str | None
     items: list[_Item] = field(default_factory=list)
+    summarized: bool = False
 
 
 @dataclass
 class _Segment:
-    thread_id: str | None
+    """A `<thread id>` section (resource scope), a `## Group` section (retrieval mode), or the ungrouped rest."""
+
+    key: str | None
+    header: list[str] = field(default_factory=list)
+    closing: str | None = None
     groups: list[_Group] = field(default_factory=list)
 
     def group(self, date: str | None) -> _Group:
@@ -466,17 +557,33 @@ class _Segment:
         self.groups.append(g)
         return g
 
+    def render(self) -> list[str]:
+        body: list[str] = []
+        for group in self.groups:
+            if not group.items:
+                continue  # a date with nothing left under it is not written
+            if group.date is not None:
+                body.append(f'Date: {group.date}')
+            for item in group.items:
+                body.extend(item.render())
+        if not body:
+            return []
+        return [*self.header, *body, *([self.closing] if self.closing else [])]
+
 
 def _parse_log(text: str) -> list[_Segment]:
-    """Split an observation log into thread segments → date groups → items, merging repeated dates and threads."""
+    """Split a log into segments → date groups → items; repeated dates and thread sections merge, message boundaries
+    and stray tags go."""
     segments: dict[str | None, _Segment] = {}
+    order: list[str | None] = []
 
-    def segment(tid: str | None) -> _Segment:
-        if tid not in segments:
-            segments[tid] = _Segment(tid)
-        return segments[tid]
+    def segment(key: str | None, header: list[str] | None = None, closing: str | None = None) -> _Segment:
+        if key not in segments:
+            segments[key] = _Segment(key, header or [], closing)
+            order.append(key)
+        return segments[key]
 
-    current_thread: str | None = None
+    current: str | None = None
     current_date: dict[str | None, str | None] = {}
     last_item: _Item | None = None
     skipping: str | None = None
@@ -494,14 +601,24 @@ def _parse_log(text: str) -> list[_Segment]:
             continue
         m = _THREAD_OPEN_RE.match(stripped)
         if m:
-            current_thread = m.group(1)
+            current = f'thread:{m.group(1)}'
+            segment(current, [f'<thread id="{m.group(1)}">'], '</thread>')
             last_item = None
             rest = m.group(2).strip()
             if rest:
                 pending.insert(i, rest)
             continue
         if stripped.startswith('</thread>'):
-            current_thread = None
+            current, last_item = None, None
+            continue
+        if _GROUP_HEADER_RE.match(stripped):
+            # Retrieval mode: a group's header and range line stay exactly as they are (recall reads the range).
+            header = [stripped]
+            if i < len(pending) and _RANGE_LINE_RE.match(pending[i].strip()):
+                header.append(pending[i].strip())
+                i += 1
+            current = f'group:{stripped}'
+            segment(current, [*header, ''])
             last_item = None
             continue
         m = _HINT_BLOCK_RE.match(stripped)
@@ -512,20 +629,20 @@ def _parse_log(text: str) -> list[_Segment]:
         if _BOUNDARY_RE.match(stripped) or _XML_TAG_LINE_RE.match(stripped):
             last_item = None
             continue
-        seg = segment(current_thread)
+        seg = segment(current)
         if stripped.startswith('Date:'):
-            current_date[current_thread] = _collapse(stripped[5:])
-            seg.group(current_date[current_thread])
+            current_date[current] = _collapse(stripped[5:])
+            seg.group(current_date[current])
             last_item = None
             continue
-        group = seg.group(current_date.get(current_thread))
+        group = seg.group(current_date.get(current))
         indented = raw[:1] in (' ', '\t')
         if indented and last_item is not None:
             last_item.subs.append(raw)
             continue
         last_item = _Item(stripped if not indented else raw)
         group.items.append(last_item)
-    return [s for s in segments.values() if any(g.items for g in s.groups)]
+    return [segments[k] for k in order]
 
 
 _RANK = {DONE: 4, RED: 4, 'other': 3, YELLOW: 2, GREEN: 1}
@@ -537,7 +654,7 @@ def _dedupe(segment: _Segment) -> None:
         kept: list[_Item] = []
         for item in group.items:
             key = _normalize(item.line)
-            if not key:
+            if not key or key == 'nothing notable happened in this exchange':
                 continue
             first = seen.get(key)
             if first is None:
@@ -551,7 +668,8 @@ def _dedupe(segment: _Segment) -> None:
         group.items = kept
 
 
-def _merge_yellow_runs(items: list[_Item]) -> list[_Item]:
+def _merge_runs(items: list[_Item], priority: str) -> list[_Item]:
+    """Consecutive items of one priority become one line (their texts joined by `; `)."""
     out: list[_Item] = []
     run: list[_Item] = []
 
@@ -560,16 +678,15 @@ def _merge_yellow_runs(items: list[_Item]) -> list[_Item]:
             out.append(run[0])
         elif run:
             head = run[0].line
-            texts = [_strip_prefix(it.line) for it in run]
             prefix = head[: len(head) - len(_strip_prefix(head))]
-            merged = _Item(prefix + '; '.join(t.rstrip('.;') for t in texts))
+            merged = _Item(prefix + '; '.join(_strip_prefix(it.line).rstrip('.;') for it in run))
             for it in run:
                 merged.subs.extend(it.subs)
             out.append(merged)
         run.clear()
 
     for item in items:
-        if item.priority == YELLOW:
+        if item.priority == priority:
             run.append(item)
         else:
             flush()
@@ -578,57 +695,121 @@ def _merge_yellow_runs(items: list[_Item]) -> list[_Item]:
     return out
 
 
-def _strip_prefix(line: str) -> str:
-    """The text of an observation line after its bullet, emoji and time."""
+def _fact(line: str) -> str:
+    """An observation line's fact, without its speaker label and filler words."""
+    return _telegraphic(_SPEAKER_RE.sub('', _strip_prefix(line))).rstrip('.;')
+
+
+def _summarize(group: _Group) -> None:
+    """Fold a day's facts (🔴 lines) into one line, filler words left out; its other lines stay as they are."""
+    if group.summarized:
+        return
+    facts: list[str] = []
+    rest: list[_Item] = []
+    time = ''
+    for item in group.items:
+        if item.priority != RED:
+            rest.append(item)
+            continue
+        fact = _fact(item.line)
+        if fact:
+            facts.append(fact)
+        stamp = _TIME_PREFIX_RE.match(_after_emoji(item.line))
+        time = time or (stamp.group(0).strip() + ' ' if stamp else '')
+    summary = [_Item(f'* {RED} {time}User: {"; ".join(facts)}.')] if facts else []
+    group.items = summary + rest
+    group.summarized = True
+
+
+def _after_emoji(line: str) -> str:
     t = line.strip()
     if t[:2] in ('* ', '- '):
         t = t[2:].lstrip()
     for emoji in _EMOJIS:
         if t.startswith(emoji):
             t = t[len(emoji) :].lstrip()
-    return _TIME_PREFIX_RE.sub('', t)
+    return t
 
 
-def _condense_segment(segment: _Segment, level: int) -> None:
-    _dedupe(segment)
-    groups = [g for g in segment.groups if g.items]
-    for group in groups[:-1]:
-        # Older dates: condensed harder the higher the level.
-        items = [it for it in group.items if it.priority != GREEN]
-        if level >= 1:
-            items = _merge_yellow_runs(items)
-        if level >= 2:
-            items = [it for it in items if it.priority != YELLOW]
-            for it in items:
-                it.subs = []
-        if level >= 3:
-            for it in items:
-                it.line = _truncate(it.line, _LEVEL3_LINE_MAX)
-        group.items = items
-    if groups and level >= 1:
-        # The newest date keeps its last few items in full; earlier ones in it are condensed from level 1.
-        last = groups[-1]
-        cut = max(0, len(last.items) - _RECENT_TAIL)
-        older, recent = last.items[:cut], last.items[cut:]
-        older = _merge_yellow_runs([it for it in older if it.priority != GREEN])
-        if level >= 2:
-            recent = [it for it in recent if it.priority != GREEN]
-        if level >= 3:
-            older = [it for it in older if it.priority != YELLOW]
-            for it in older:
-                it.line = _truncate(it.line, _ASSISTANT_LINE_MAX)
-        last.items = older + recent
-    segment.groups = [g for g in groups if g.items]
+def _size(segments: Sequence[_Segment]) -> int:
+    return sum(len(line) + 1 for s in segments for line in s.render())
 
 
-def _render_segment(segment: _Segment) -> list[str]:
-    lines: list[str] = []
-    for group in segment.groups:
-        if group.date is not None:
-            lines.append(f'Date: {group.date}')
-        for item in group.items:
-            lines.extend(item.render())
-    return lines
+def condense(observations: str, level: int = 0) -> str:
+    """Condense an observation log at compression `level` 0–3 (the offline Reflector's core; no tags added).
+
+    Every level merges repeated `Date:` headers, `<thread id>` sections and duplicates, removes message boundaries,
+    and drops 🟢 chatter outside the newest day. Then, until the log is at most its level's share of the input
+    (55%, 45%, 32%, 20%): runs of 🟡 questions merge into one line; older days fold into one line of the user's facts
+    each (oldest first; filler words left out, names, numbers and places kept); then their questions go; at level 2
+    and up the newest day is folded too (but its last few items), and at level 3 a day's ✅ lines merge. `## Group`
+    and `_range:` lines are kept verbatim. Nothing is ever cut mid-word, and a day with nothing left disappears with
+    its `Date:` line.
+    """
+    level = max(0, min(3, level))
+    inner = observations.strip()
+    m = re.fullmatch(r'<observations>\s*(.*?)\s*</observations>', inner, re.DOTALL | re.IGNORECASE)
+    if m:
+        inner = m.group(1)
+    segments = _parse_log(inner)
+    budget = int(len(inner) * _REFLECTION_SHARE[level])
+    # The newest day keeps its detail longest: each thread's own in resource scope; retrieval groups are batches of
+    # one timeline, so only the last group's newest day counts there.
+    threads = [s for s in segments if s.key is not None and s.key.startswith('thread:')]
+    timeline = [g for s in segments if s not in threads for g in s.groups]
+    newest = [s.groups[-1] for s in threads if s.groups] + timeline[-1:]
+    older = [g for s in segments for g in s.groups if not any(g is n for n in newest)]
+    for segment in segments:
+        _dedupe(segment)
+    for group in older:
+        group.items = [it for it in group.items if it.priority != GREEN]
+    passes: list[Callable[[_Group], None]] = [_merge_questions, _summarize, _drop_questions]
+    if level >= 3:
+        passes.append(_merge_done)
+    for apply in passes:
+        for group in older:
+            if _size(segments) <= budget:
+                break
+            apply(group)
+    if level >= 2:
+        for group in newest:
+            if _size(segments) <= budget:
+                break
+            _fold_newest(group, keep=_RECENT_TAIL if level == 2 else 1)
+    out: list[str] = []
+    for segment in segments:
+        rendered = segment.render()
+        if rendered and out and segment.key is not None and segment.key.startswith('group:'):
+            out.append('')  # a blank line before each retrieval group, as they are written
+        out.extend(rendered)
+    return '\n'.join(out).strip()
+
+
+def _merge_questions(group: _Group) -> None:
+    group.items = _merge_runs(group.items, YELLOW)
+
+
+def _drop_questions(group: _Group) -> None:
+    group.items = [it for it in group.items if it.priority != YELLOW]
+
+
+def _merge_done(group: _Group) -> None:
+    """Level 3: a day's ✅ lines become one line."""
+    done = [it for it in group.items if it.priority == DONE]
+    if len(done) > 1:
+        merged = _Item(f'* {DONE} Done: {"; ".join(_fact(it.line) for it in done)}.')
+        group.items = [it for it in group.items if it.priority != DONE] + [merged]
+
+
+def _fold_newest(group: _Group, *, keep: int) -> None:
+    """The newest day at levels 2-3: its last `keep` items stay whole, the facts before them fold into one line."""
+    if group.summarized or len(group.items) <= keep:
+        return
+    head, tail = group.items[:-keep], group.items[-keep:]
+    older = _Group(group.date, [it for it in head if it.priority not in (GREEN, YELLOW)])
+    _summarize(older)
+    group.items = older.items + tail
+    group.summarized = True
 
 
 def _reflection_level(prompt: str) -> int:
@@ -648,33 +829,6 @@ def _observations_from_prompt(prompt: str) -> str:
     return m.group(1).strip() if m else ''
 
 
-def condense(observations: str, level: int = 0) -> str:
-    """Condense an observation log at compression `level` 0–3 (the offline Reflector's core; no tags added).
-
-    Every level merges repeated `Date:` headers and `<thread id>` sections, removes message boundaries, drops
-    duplicate lines (same text after the time) and 🟢 lines older than the last date group, and keeps every 🔴 and
-    ✅ line. Level 1 also merges runs of 🟡 lines into one line and drops the last group's 🟢 lines except its newest
-    few items; level 2 drops 🟡 lines (and sub-lines) outside the last date group and every 🟢 line; level 3 also
-    truncates older lines to 80 characters and drops the last group's 🟡 lines except its newest few items.
-    """
-    level = max(0, min(3, level))
-    inner = observations.strip()
-    m = re.fullmatch(r'<observations>\s*(.*?)\s*</observations>', inner, re.DOTALL | re.IGNORECASE)
-    if m:
-        inner = m.group(1)
-    out: list[str] = []
-    for segment in _parse_log(inner):
-        _condense_segment(segment, level)
-        body = _render_segment(segment)
-        if not body:
-            continue
-        if segment.thread_id is None:
-            out.extend(body)
-        else:
-            out.extend([f'<thread id="{segment.thread_id}">', *body, '</thread>'])
-    return '\n'.join(out)
-
-
 def reflect(request: ModelRequest) -> str:
     """The offline Reflector's output for a reflector request (see `condense`)."""
     prompt = _user_prompt_text(request.contents)
@@ -688,29 +842,51 @@ def reflect(request: ModelRequest) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 # Actor and title
 # ----------------------------------------------------------------------------------------------------------------
-_OFFLINE_PREFIX = "(offline model) I can't think offline, but here is what I remember that looks relevant:"
-_NOTHING = "(offline model) I don't remember anything about that yet."
+_FOUND = f'{OFFLINE_ANSWER_PREFIX} I cannot think offline, but this is what I remember that matches your question:'
+_NOTHING = f"{OFFLINE_ANSWER_PREFIX} I don't remember anything about that yet."
+_NOTED = f'{OFFLINE_ANSWER_PREFIX} Noted: I will remember that.'
 
 
-def _memory_lines(system: str) -> list[tuple[str | None, str]]:
-    """(date, line) for every observation line of the memory system text."""
+@dataclass(frozen=True)
+class _Candidate:
+    label: str  # the date it was remembered under, or where it comes from
+    line: str
+    order: int
+
+    def words(self) -> set[str]:
+        return _words(_strip_prefix(self.line))
+
+
+def _memory_lines(system: str) -> list[_Candidate]:
+    """Every observation line of the memory system text, with its date."""
     text = system
     start = text.find('<observations>')
-    if start >= 0:
-        text = text[start + len('<observations>') :]
-        ends = [
-            i for i in (text.find(t) for t in ('</observations>', '<current-task>', '<suggested-response>')) if i >= 0
-        ]
-        if ends:
-            text = text[: min(ends)]
-    out: list[tuple[str | None, str]] = []
-    date: str | None = None
+    if start < 0:
+        return []
+    text = text[start + len('<observations>') :]
+    ends = [i for i in (text.find(t) for t in ('</observations>', '<current-task>', '<suggested-response>')) if i >= 0]
+    if ends:
+        text = text[: min(ends)]
+    out: list[_Candidate] = []
+    date = ''
     for raw in text.splitlines():
         line = raw.strip()
         if line.startswith('Date:'):
             date = line[5:].strip()
         elif line[:2] in ('* ', '- ') and len(line) > 2:
-            out.append((date, line[2:].strip()))
+            out.append(_Candidate(date, line[2:].strip(), len(out)))
+    return out
+
+
+def _conversation_lines(contents: Sequence[Content], start: int) -> list[_Candidate]:
+    """What the user said earlier in the unobserved conversation (not yet in memory), one sentence each."""
+    out: list[_Candidate] = []
+    user_turns = [c for c in contents if c.role == 'user']
+    for content in user_turns[:-1]:  # the last one is the question being answered
+        text = _strip_reminders(' '.join(p for p in content.parts if isinstance(p, str)))
+        for sentence in _sentences(text):
+            if _words(sentence) and not _is_question(sentence):
+                out.append(_Candidate('earlier in this conversation', f'User said: {sentence}', start + len(out)))
     return out
 
 
@@ -725,22 +901,75 @@ def _last_user_content_text(contents: Sequence[Content]) -> str:
     return ''
 
 
-def answer(request: ModelRequest) -> str:
-    """The offline Actor's answer: the (up to 3) remembered lines sharing the most words with the last question."""
-    question = _last_user_content_text(request.contents)
-    wanted = _words(question)
-    lines = _memory_lines(request.system)
-    scored: list[tuple[int, int, str | None, str]] = []
-    for index, (date, line) in enumerate(lines):
-        score = len(wanted & _words(_strip_prefix(line)))
+def _expand(words: set[str]) -> set[str]:
+    out = set(words)
+    for word in words:
+        out.update(_stem(w) for w in _SYNONYMS.get(word, ()))
+    return out
+
+
+def _ranked(question: str, candidates: Sequence[_Candidate]) -> list[tuple[float, _Candidate]]:
+    """Candidates sharing words with the question, best first; rare words weigh more (idf), exact words more than
+    synonyms, and newer lines win ties."""
+    asked = _words(question)
+    wanted = _expand(asked)
+    if not wanted or not candidates:
+        return []
+    bags = [c.words() for c in candidates]
+    df: dict[str, int] = {}
+    for bag in bags:
+        for w in bag & wanted:
+            df[w] = df.get(w, 0) + 1
+    n = len(candidates)
+    scored: list[tuple[float, _Candidate]] = []
+    for candidate, bag in zip(candidates, bags, strict=True):
+        shared = bag & wanted
+        score = sum(math.log(1 + n / df[w]) * (1.0 if w in asked else 0.6) for w in shared)
         if score > 0:
-            scored.append((score, index, date, line))
-    if not scored:
+            scored.append((score, candidate))
+    scored.sort(key=lambda s: (-s[0], -s[1].order))
+    return scored
+
+
+def _quoted(line: str, wanted: set[str]) -> str:
+    """The line, or for a folded day (`User: a; b; c`) only the clauses that match (the rest marked `…`)."""
+    body = _after_emoji(line)
+    if '; ' not in body:
+        return line
+    head = line[: len(line) - len(body)]
+    stamp = _TIME_PREFIX_RE.match(body)
+    time = stamp.group(0) if stamp else ''
+    speaker = 'User: ' if body[len(time) :].startswith('User: ') else ''
+    clauses = body[len(time) + len(speaker) :].rstrip('.').split('; ')
+    matching = [c for c in clauses if _words(c) & wanted]
+    if not matching or len(matching) == len(clauses):
+        return line
+    return f'{head}{time}{speaker}… {"; ".join(matching)} …'
+
+
+def _cite(candidates: Iterable[_Candidate], wanted: set[str]) -> list[str]:
+    lines = []
+    for c in sorted(candidates, key=lambda c: c.order):
+        quoted = _quoted(c.line, wanted)
+        lines.append(f'- {c.label}: {quoted}' if c.label else f'- {quoted}')
+    return lines
+
+
+def answer(request: ModelRequest) -> str:
+    """The offline Actor's answer: for a question, the remembered lines that match it, quoted with their dates; for a
+    statement, an acknowledgement."""
+    said = _last_user_content_text(request.contents)
+    sentences = _sentences(said)
+    if sentences and not any(_is_question(s) for s in sentences):
+        return _NOTED
+    memory = _memory_lines(request.system)
+    candidates = memory + _conversation_lines(request.contents, len(memory))
+    ranked = _ranked(said, candidates)
+    if not ranked:
         return _NOTHING
-    best = sorted(scored, key=lambda s: (-s[0], -s[1]))[:_ACTOR_MAX_CITATIONS]
-    best.sort(key=lambda s: s[1])
-    cited = [f'- {date}: {line}' if date else f'- {line}' for _, _, date, line in best]
-    return '\n'.join([_OFFLINE_PREFIX, *cited])
+    best = ranked[0][0]
+    chosen = [c for score, c in ranked if score >= best * 0.6][:_ACTOR_MAX_CITATIONS]
+    return '\n'.join([_FOUND, *_cite(chosen, _expand(_words(said)))])
 
 
 def _title_for(request: ModelRequest) -> str:

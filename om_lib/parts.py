@@ -240,7 +240,10 @@ class BufferingEnd(OMPart):
 
 @dataclass(frozen=True, kw_only=True)
 class BufferingFailed(OMPart):
-    """`data-om-buffering-failed`: background buffering failed (the threshold path observes those messages)."""
+    """`data-om-buffering-failed`: background buffering failed (the threshold path observes those messages).
+
+    `observations` is the seed's "any partial content" (a failed call has none: '').
+    """
 
     TYPE: ClassVar[str] = 'data-om-buffering-failed'
     cycle_id: str
@@ -249,6 +252,7 @@ class BufferingFailed(OMPart):
     duration_ms: int
     tokens_attempted: int
     error: str
+    observations: str = ''
     record_id: str
     thread_id: str
     reason: FailureReason = 'error'

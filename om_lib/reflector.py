@@ -212,6 +212,9 @@ _TRUNCATION_SUFFIX = ' … [truncated]'
 _OBSERVATIONS_BLOCK_RE = re.compile(r'^[ \t]*<observations>(.*?)^[ \t]*</observations>', re.I | re.M | re.S)
 _LIST_LINE_RE = re.compile(r'^\s*(?:[-*]|\d+\.)\s')
 _SUGGESTED_RE = re.compile(r'<suggested-response>(.*?)</suggested-response>', re.I | re.S)
+# The ephemeral anchor ids the reference's Reflector saw on observation lines (`[O1]`, nested `[O1-N2]`), at the start
+# of a line or right after its bullet; a model may echo them, and they mean nothing once stored (spec §15.2-§15.3).
+_ANCHOR_RE = re.compile(r'^([ \t]*(?:(?:[-*]|\d+\.)[ \t]+)?)\[O\d+(?:-N\d+)*\][ \t]*', re.M)
 # Hint sections removed from the whole-output fallback so they never leak into the stored memory.
 _HINT_BLOCK_RE = re.compile(
     r'<(current-task|suggested-response|thread-title)>.*?(?:</\1>|\Z)|</?observations>', re.I | re.S
@@ -233,6 +236,18 @@ def sanitize_lines(text: str) -> str:
         line[:MAX_OBSERVATION_LINE_CHARS] + _TRUNCATION_SUFFIX if len(line) > MAX_OBSERVATION_LINE_CHARS else line
         for line in text.split('\n')
     )
+
+
+def strip_anchor_ids(text: str) -> str:
+    """Remove the ephemeral anchor ids (`[O1]`, `[O1-N1]`) at the start of lines, keeping indentation and bullets.
+
+    Args:
+        text: Observation text.
+
+    Returns:
+        The text without anchors (other bracketed text is left alone).
+    """
+    return _ANCHOR_RE.sub(r'\1', text)
 
 
 def looks_degenerate(text: str) -> bool:
@@ -295,7 +310,8 @@ def parse_reflector_output(
 
     Observations come from the line-anchored `<observations>` blocks; without one, from the list lines; without
     those, from the whole trimmed output (minus any hint sections). `<current-task>` is dropped: per-thread tasks
-    live in thread metadata, not in a reflection.
+    live in thread metadata, not in a reflection. Anchor ids a model echoed (`[O1]`, `[O1-N1]`) are stripped, so
+    they are never stored.
 
     Args:
         text: Raw model output.
@@ -319,7 +335,7 @@ def parse_reflector_output(
     match = _SUGGESTED_RE.search(raw)
     suggested = match.group(1).strip() if match else ''
     return ParsedReflection(
-        observations=sanitize(observations),
+        observations=strip_anchor_ids(sanitize(observations)),
         suggested_response=suggested or None,
         degenerate=False,
         raw=raw,

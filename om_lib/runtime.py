@@ -200,6 +200,21 @@ class Runtime:
         )
 
 
+def before_step_input(messages: Sequence[Message], step_input: Sequence[Message]) -> list[Message]:
+    """What a step may observe: its unobserved messages up to (not including) its own new input.
+
+    The Actor must answer the new input, so it stays in the step's messages; observing it in the same step would show
+    it twice, once in the observations and once as a message. It is observed with the turn that answers it.
+    """
+    own = {m.id for m in step_input}
+    observable: list[Message] = []
+    for message in messages:
+        if message.id in own:
+            break
+        observable.append(message)
+    return observable
+
+
 def has_pending_tool_call(messages: Sequence[Message]) -> bool:
     """A tool call in the newest message with no result yet defers observation until the result arrives."""
     if not messages:

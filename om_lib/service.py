@@ -104,6 +104,10 @@ class MemoryService:
         """`GET /threads/{threadId}/memory` (CONTRACT §2)."""
         return self.engine.memory_view(resource_id, thread_id)
 
+    def generations(self, resource_id: str, thread_id: str, *, limit: int = 10) -> dict[str, Any]:
+        """`GET /threads/{threadId}/memory/generations`: the memory's generations, newest first (CONTRACT §2)."""
+        return self.engine.generations_view(resource_id, thread_id, limit=limit)
+
     def recall(self, resource_id: str, thread_id: str, request: RecallRequest) -> dict[str, Any]:
         """`POST /recall`: the recall tool for a thread of a resource (retrieval mode must be on)."""
         retrieval = self.settings.retrieval

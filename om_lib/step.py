@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from om_lib import actor_context as actor
+from om_lib.background import deliver_background_parts
 from om_lib.buffered import ObservationBuffering
 from om_lib.ids import check_id
 from om_lib.messages import Message
@@ -34,13 +35,10 @@ from om_lib.record_writer import lease_active
 from om_lib.records import OMRecord, Thread
 from om_lib.reflection import MIN_SYNC_REFLECTION_S, Reflection
 from om_lib.resource_view import ResourceView
-from om_lib.runtime import Runtime, has_pending_tool_call
+from om_lib.runtime import Runtime, before_step_input, has_pending_tool_call
 from om_lib.work import Job
 
 logger = logging.getLogger(__name__)
-
-# With observational memory off, the Actor gets the most recent messages (the seed's `lastMessages` default).
-LAST_MESSAGES_WHEN_DISABLED = 10
 
 
 @dataclass
@@ -107,8 +105,7 @@ class Steps:
         parts = CycleParts()
         saved = list(appended.created_ids)
         if not enabled:
-            page = rt.store.list_messages(resource_id, thread_id, limit=LAST_MESSAGES_WHEN_DISABLED, newest_first=True)
-            return StepResult(thread_id, resource_id, '', list(reversed(page.messages)), parts, None, saved)
+            return StepResult(thread_id, resource_id, '', self._last_messages(appended), parts, None, saved)
         try:
             if self.resource is not None:
                 result = self._resource_step(appended, deadline, step_number, parts, cycle_start=now)
@@ -122,6 +119,20 @@ class Steps:
         rt.remember_failures(resource_id, thread_id, parts)
         return result
 
+    def _last_messages(self, appended: AppendResult) -> list[Message]:
+        """Without observational memory: the thread's `lastMessages` newest messages (seed 003), and always the
+        step's own input (`lastMessages: false` loads no history at all)."""
+        rt = self.rt
+        limit = rt.settings.last_messages
+        thread = appended.thread
+        recent: list[Message] = []
+        if limit > 0:
+            page = rt.store.list_messages(thread.resource_id, thread.id, limit=limit, newest_first=True)
+            recent = list(reversed(page.messages))
+        shown = {m.id for m in recent}
+        own = [m for m in appended.messages if m.id not in shown and m.role != 'system']
+        return sorted([*recent, *own], key=lambda m: m.seq or 0)
+
     def _thread_step(self, appended: AppendResult, deadline: float, step_number: int, parts: CycleParts) -> StepResult:
         rt = self.rt
         thread = appended.thread
@@ -134,11 +145,15 @@ class Steps:
             record, thread, unobserved = self.buffering.step(
                 record, thread, unobserved, deadline, parts, step_input=appended.messages
             )
-        elif rt.counter.count_messages(unobserved) >= threshold and not has_pending_tool_call(unobserved):
-            backlog = backlog_of(thread_id, unobserved, rt)
-            record = self.pipeline.observe(record, [backlog], deadline, parts, due_at=threshold)
-            thread = rt.store.get_thread(resource_id, thread_id) or thread
-            unobserved = rt.load_after(resource_id, thread_id, record.cursor(thread_id))
+        else:
+            record = deliver_background_parts(rt, record, parts)
+            observable = before_step_input(unobserved, appended.messages)
+            due = rt.counter.count_messages(unobserved) >= threshold and not has_pending_tool_call(unobserved)
+            if observable and due:
+                backlog = backlog_of(thread_id, observable, rt)
+                record = self.pipeline.observe(record, [backlog], deadline, parts, due_at=threshold)
+                thread = rt.store.get_thread(resource_id, thread_id) or thread
+                unobserved = rt.load_after(resource_id, thread_id, record.cursor(thread_id))
         record = self._reflect(record, thread_id, deadline, parts)
         messages = actor.visible_messages(rt, record, unobserved, appended.messages)
         parts.add(actor.status_part(rt, record, messages, thread_id, step_number))
@@ -156,18 +171,26 @@ class Steps:
         thread: Thread = appended.thread
         resource_id, thread_id = thread.resource_id, thread.id
         record = rt.writer.get_or_create('resource', resource_id, thread_id)
+        record = deliver_background_parts(rt, record, parts)
         snap = view.snapshot(record, thread_id)
         threshold = rt.message_threshold(record)
         if snap.pending >= threshold and not has_pending_tool_call(snap.current.messages):
-            strategy = view.strategy
-            chosen = strategy.select(list(snap.backlogs.values()), threshold)
-            record = self.pipeline.observe(record, chosen, deadline, parts, due_at=threshold)
-            snap = view.snapshot(record, thread_id)
-            thread = rt.store.get_thread(resource_id, thread_id) or thread
+            # This thread's own new input stays out of this cycle (it is observed with the turn that answers it).
+            own = before_step_input(snap.current.messages, appended.messages)
+            backlogs = [b for t, b in snap.backlogs.items() if t != thread_id]
+            if own:
+                backlogs.append(backlog_of(thread_id, own, rt))
+            chosen = view.strategy.select(backlogs, threshold) if backlogs else []
+            if chosen:
+                record = self.pipeline.observe(record, chosen, deadline, parts, due_at=threshold)
+                snap = view.snapshot(record, thread_id)
+                thread = rt.store.get_thread(resource_id, thread_id) or thread
         if self.reflection.due(record) and view.reflection_may_start(resource_id, cycle_start):
             record = self._reflect(record, thread_id, deadline, parts)
         messages = actor.visible_messages(rt, record, snap.current.messages, appended.messages)
-        parts.add(actor.status_part(rt, record, messages, thread_id, step_number))
+        # The status counts every thread's unobserved tokens: this thread's messages and the other threads' backlogs.
+        others = sum(b.tokens for b in snap.others)
+        parts.add(actor.status_part(rt, record, messages, thread_id, step_number, other_tokens=others))
         system = actor.system_text(rt, record, thread, other_conversations=snap.blocks)
         return StepResult(thread_id, resource_id, system, messages, parts, record, list(appended.created_ids))
 

@@ -272,6 +272,30 @@ class MemoryOut(_Model):
     recent_failures: list[FailureOut] = Field(description='The last 20 failures of this memory, newest first.')
 
 
+class GenerationOut(_Model):
+    """One generation of a memory."""
+
+    generation: int = Field(description='0 for the first; each reflection or reset adds one.')
+    record_id: str
+    current: bool = Field(description='The live generation (the one `GET …/memory` shows).')
+    trigger: Literal['initial', 'reflection', 'reset'] = Field(
+        description='`initial`: the first; `reflection`: the Reflector condensed the generation before; `reset`: '
+        'observed messages were deleted (or a thread erased from a resource memory) and the rest is observed again.'
+    )
+    created_at: str
+    observations: str
+    observation_tokens: int
+
+
+class GenerationsOut(_Model):
+    """`GET /threads/{threadId}/memory/generations`: newest first, the current generation first."""
+
+    scope: Literal['thread', 'resource']
+    record_id: str | None
+    generations: list[GenerationOut]
+    has_more: bool
+
+
 class AttachmentOut(_Model):
     """A presigned S3 upload: PUT the bytes to `uploadUrl` (with the declared Content-Type), then use `url`."""
 

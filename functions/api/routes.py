@@ -24,6 +24,7 @@ from functions.api.models import (
     ChatIn,
     ChatOut,
     ErrorOut,
+    GenerationsOut,
     MemoryOut,
     MessagesPage,
     StepsIn,
@@ -47,6 +48,7 @@ ResourceIdQuery = Annotated[Id, Query()]
 OptionalResourceIdQuery = Annotated[Id | None, Query()]
 Page = Annotated[int, Query(ge=0, le=1_000_000)]
 PerPage = Annotated[int, Query(ge=1, le=1000)]
+GenerationLimit = Annotated[int, Query(ge=1, le=100)]
 
 
 def _errors(*statuses: int) -> dict[int, Any]:
@@ -183,6 +185,23 @@ def post_chat(threadId: ThreadId, body: Annotated[ChatIn, Body()]) -> Response[A
 def get_memory(threadId: ThreadId, resourceId: ResourceIdQuery) -> Response[Any]:
     authorize(resourceId)
     return json_response(_wiring.service().memory(resourceId, threadId))
+
+
+@router.get(
+    '/threads/<threadId>/memory/generations',
+    summary='The memory’s generations, newest first',
+    description=(
+        'Every reflection (and every reset after observed messages are deleted) starts a new generation; earlier ones '
+        'stay readable here, newest first, the current one first. Resource scope lists the resource’s memory.'
+    ),
+    responses={**_ok(GenerationsOut), **_errors(401, 403, 404, 422, 500, 503)},
+    tags=['memory'],
+)
+def get_memory_generations(
+    threadId: ThreadId, resourceId: ResourceIdQuery, limit: GenerationLimit = 10
+) -> Response[Any]:
+    authorize(resourceId)
+    return json_response(_wiring.service().generations(resourceId, threadId, limit=limit))
 
 
 @router.get(

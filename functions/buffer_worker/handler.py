@@ -76,6 +76,15 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
         raise
     record_parts_metrics(parts.to_json())
     failed = parts.failures()
+    for data in failed:
+        # Say why, in the log as in the part the client gets on its next step.
+        logger.warning(
+            f'{job.kind} job failed: {data.get("reason")}: {data.get("error")}',
+            record_key=job.record_key,
+            kind=job.kind,
+            operation=data.get('operationType'),
+            reason=data.get('reason'),
+        )
     if any(data.get('reason') in _RETRY_REASONS for data in failed):
         _back_off(record)
         raise JobIncompleteError(f'{job.kind} of {job.record_key} failed: {failed[-1].get("error")}')

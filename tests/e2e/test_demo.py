@@ -58,6 +58,21 @@ def test_demo_prints_observations_and_a_reflection_and_writes_a_png(tmp_path):
     assert final, stdout
     assert int(final.group(1)) >= 1 and int(final.group(2)) > 0, final.group(0)
 
+    # It prints the settings it runs with, and the offline Reflector reaches its target: the log ends under the
+    # reflection threshold, and observations outnumber reflections (no reflecting on every observation)
+    limit = re.search(r'reflection\.observationTokens\s+(\d+)', stdout)
+    assert limit and 'observation.messageTokens' in stdout, stdout[:800]
+    assert int(final.group(2)) < int(limit.group(1)), (final.group(0), limit.group(0))
+    observed = sum('observation:' in event for event in events)
+    reflected = sum('reflection:' in event or '(gen ' in event for event in events)
+    assert observed > reflected >= 1, events
+    # and every observation line it shows is whole: no cut sentence, no `…`, no date without lines under it
+    shown = stdout.split('Final observations', 1)[1].split('plot written to', 1)[0].strip().splitlines()[1:]
+    assert not [line for line in shown if '…' in line], shown
+    for index, line in enumerate(shown):
+        if line.startswith('Date:'):
+            assert index + 1 < len(shown) and shown[index + 1].startswith('* '), shown
+
     assert out.is_file(), stdout
     data = out.read_bytes()
     assert data.startswith(PNG_SIGNATURE) and data[12:16] == b'IHDR' and data.endswith(b'IEND\xaeB`\x82'), data[:32]

@@ -217,7 +217,9 @@ def test_an_observer_answer_that_is_not_an_observation_log_leaves_the_messages_u
 ) -> None:
     resource, thread = fresh_thread()
     model.observer = answer
-    body = step(api, resource, thread, long_text('first'))
+    # A step observes what came before its own input: the second step makes the first message due
+    assert not failures(step(api, resource, thread, long_text('first')))
+    body = step(api, resource, thread, 'second')
     # Observation was due and the answer was refused (after a second sample): nothing became memory
     [failed] = failures(body)
     assert failed['operationType'] == 'observation' and failed['reason'] == 'invalid_output', failed
@@ -228,14 +230,14 @@ def test_an_observer_answer_that_is_not_an_observation_log_leaves_the_messages_u
     assert view['recentFailures'][0]['reason'] == 'invalid_output'
     assert view['recentFailures'][0]['operationType'] == 'observation'
     status, page = api.get(f'/threads/{thread}/messages?resourceId={resource}')
-    assert status == 200 and [m['omStatus'] for m in page['messages']] == ['unobserved']
-    # When the model recovers, the next step observes everything that was said
+    assert status == 200 and [m['omStatus'] for m in page['messages']] == ['unobserved', 'unobserved']
+    # When the model recovers, the next step observes everything that was said before it
     model.reset()
-    body = step(api, resource, thread, 'second')
+    body = step(api, resource, thread, 'third')
     assert not failures(body)
     assert record(resource, thread).cursor(thread) == 2 and memory(api, resource, thread)['observations']
     status, page = api.get(f'/threads/{thread}/messages?resourceId={resource}')
-    assert [m['omStatus'] for m in page['messages']] == ['observed', 'observed']
+    assert [m['omStatus'] for m in page['messages']] == ['observed', 'observed', 'unobserved']
 
 
 # -- a dead lease holder ----------------------------------------------------------------------------------------------
@@ -244,19 +246,19 @@ def test_a_worker_that_died_holding_the_lease_blocks_the_next_step_for_at_most_o
 ) -> None:
     # Given a thread whose record a worker leased and then died with (its lease is never renewed)
     resource, thread = fresh_thread()
-    step(api, resource, thread, 'hello')
+    step(api, resource, thread, long_text('said before'))
     store = _wiring.engine().store
     current = record(resource, thread)
     dead = Lease(owner='worker-that-died', expires_at=_wiring.engine().clock.now() + timedelta(seconds=LEASE_TTL_S))
     store.put_record(current.model_copy(update={'observing': dead}), expected_version=current.version)
     # When a step makes observation due
     started = time.monotonic()
-    body = step(api, resource, thread, long_text('due now'))
+    body = step(api, resource, thread, 'due now')
     took = time.monotonic() - started
     # Then it waited for the dead holder's lease to expire (one lease period), then observed: nothing was skipped
     assert any(p['type'] == 'data-om-observation-end' for p in body['parts']), body['parts']
     assert took < LEASE_TTL_S + 3.0, took
-    assert record(resource, thread).cursor(thread) == 2
+    assert record(resource, thread).cursor(thread) == 1
 
 
 # -- a brown-out -----------------------------------------------------------------------------------------------------
@@ -294,5 +296,6 @@ def test_during_an_outage_steps_answer_fast_and_everything_is_observed_after_it(
         time.sleep(1.0)
     else:
         pytest.fail('nothing was observed within 40 s after the outage')
+    # (everything before the last step's own input, which the turn answering it observes)
     last = _wiring.engine().store.list_messages(resource, thread, limit=1, newest_first=True).messages[0]
-    assert record(resource, thread).cursor(thread) == last.seq
+    assert record(resource, thread).cursor(thread) == last.seq - 1

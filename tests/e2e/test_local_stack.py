@@ -36,6 +36,10 @@ def user(text: str, mid: str | None = None) -> dict:
     return message
 
 
+def assistant(text: str) -> dict:
+    return {'role': 'assistant', 'content': text}
+
+
 def part_types(body: dict) -> list[str]:
     return [p['type'] for p in body['parts']]
 
@@ -60,8 +64,11 @@ def test_health(api):
 
 
 def test_step_past_message_tokens_observes_in_the_request(api):
-    # Given a new thread / When one step brings more than messageTokens
+    # Given a new thread with more than messageTokens in one message (the Actor answers it: not observed yet)
     status, body = api.post('/threads/obs-1/steps', {'resourceId': 'alice', 'messages': [user(long_text('alpha'))]})
+    assert status == 200 and 'data-om-observation-end' not in part_types(body), body
+    # When the next step comes
+    status, body = api.post('/threads/obs-1/steps', {'resourceId': 'alice', 'messages': [user('and then?')]})
     # Then the step observed synchronously and memory shows the observations
     assert status == 200, body
     assert 'data-om-observation-end' in part_types(body)
@@ -144,15 +151,14 @@ def test_a_failing_model_answers_200_keeps_the_message_and_observes_later(api, m
     # Given the model answers 503 to everything
     mode.fail_status = 503
     # When a step is due for observation
-    status, body = api.post(
-        f'/threads/{thread}/steps', {'resourceId': resource, 'messages': [user(long_text('outage'), 'f1')]}
-    )
+    api.post(f'/threads/{thread}/steps', {'resourceId': resource, 'messages': [user(long_text('outage'), 'f1')]})
+    status, body = api.post(f'/threads/{thread}/steps', {'resourceId': resource, 'messages': [user('hm?', 'f2')]})
     # Then it still answers 200, says the observation failed, and the message is saved
     assert status == 200, body
     failed = [p for p in body['parts'] if p['type'] == 'data-om-observation-failed']
     assert failed, body['parts']
     status, page = api.get(f'/threads/{thread}/messages?resourceId={resource}')
-    assert status == 200 and [m['id'] for m in page['messages']] == ['f1']
+    assert status == 200 and [m['id'] for m in page['messages']] == ['f1', 'f2']
     assert memory(api, thread, resource)['observationTokens'] == 0
     # And once the model is back, the turn schedules the observation and the worker does it
     mode.fail_status = None
@@ -169,8 +175,9 @@ def test_an_observation_past_the_time_budget_is_deferred_to_the_worker(api, mode
     settings_env(OM_REQUEST_TIME_BUDGET_S='2')
     mode.observer_delay_s = 5.0
     # When a step is due for observation
+    api.post(f'/threads/{thread}/steps', {'resourceId': resource, 'messages': [user(long_text('slow'))]})
     started = time.monotonic()
-    status, body = api.post(f'/threads/{thread}/steps', {'resourceId': resource, 'messages': [user(long_text('slow'))]})
+    status, body = api.post(f'/threads/{thread}/steps', {'resourceId': resource, 'messages': [user('so?')]})
     elapsed = time.monotonic() - started
     # Then it answers within the budget, with the observation deferred
     assert status == 200, body
@@ -192,6 +199,8 @@ def test_erase_leaves_nothing_of_the_thread(api, stack):
         ],
     }
     status, body = api.post(f'/threads/{thread}/steps', {'resourceId': resource, 'messages': [image]})
+    assert status == 200, body
+    status, body = api.post(f'/threads/{thread}/turns', {'resourceId': resource, 'messages': [assistant('noted')]})
     assert status == 200, body
     stack.drain(timeout=30)
     assert memory(api, thread, resource)['observationTokens'] > 0

@@ -72,10 +72,15 @@ def test_a_fact_said_in_one_thread_reaches_another_before_and_after_observation(
     body = step(api, 'alice', 'alice-travel', 'Plan a weekend trip for me')
     assert 'I live in Porto with two cats' in body['system'] and '<other-conversation' in body['system']
     assert [c for c in server.calls if 'MULTI-THREAD' in c.request.system_text] == []
-    # When her travel thread grows past the threshold, both threads are observed in one multi-thread call
-    body = step(api, 'alice', 'alice-travel', filler('itinerary', 150))
+    # When her travel thread grows past the threshold, both threads are observed in one multi-thread call (the new
+    # input is the message the Actor answers: it is observed after the turn that answers it, never shown twice)
+    body = step(api, 'alice', 'alice-travel', filler('itinerary', 200))
     assert memory(api, 'alice', 'alice-travel')['observationTokens'] > 0
     assert 'I live in Porto with two cats' in memory(api, 'alice', 'alice-home')['observations']
+    reply = {'role': 'assistant', 'content': 'Here is a plan.'}
+    status, _ = api.post('/threads/alice-travel/turns', {'resourceId': 'alice', 'messages': [reply]})
+    assert status == 200
+    wait_for(lambda: memory(api, 'alice', 'alice-travel')['pendingMessageTokens'] == 0, timeout=30, interval=0.3)
     # And a third thread sees the fact in the shared observations, not as raw messages
     body = step(api, 'alice', 'alice-new', 'What do you know about me?')
     assert 'I live in Porto' in body['system'] and '<other-conversation' not in body['system']
@@ -86,7 +91,9 @@ def test_a_fact_said_in_one_thread_reaches_another_before_and_after_observation(
 
 def test_two_resources_never_see_each_others_memory(api):
     step(api, 'bob', 'bob-1', 'My locker code is 4242 ' + filler('bob'))
-    wait_for(lambda: memory(api, 'bob', 'bob-1')['observationTokens'] > 0, timeout=10)
+    reply = {'role': 'assistant', 'content': 'Noted.'}
+    assert api.post('/threads/bob-1/turns', {'resourceId': 'bob', 'messages': [reply]})[0] == 200
+    wait_for(lambda: memory(api, 'bob', 'bob-1')['observationTokens'] > 0, timeout=30)
     body = step(api, 'carol', 'carol-1', 'What is the locker code?')
     assert '4242' not in body['system']
     assert '4242' not in memory(api, 'carol', 'carol-1')['observations']

@@ -86,6 +86,16 @@ def test_paraphrases_are_found_across_threads_after_the_worker_embeds_them(api: 
     assert status == 200, body
     assert [m['id'] for m in body['messages']] == ['travel-u0']
 
+    # Seed 003: semantic recall reaches /steps too, not only /chat: a step in another thread whose message is about
+    # the same thing gets the earlier message in its memory system message
+    status, body = api.post(
+        '/threads/vet/steps',
+        {'resourceId': RES, 'messages': [{'role': 'user', 'content': 'Which vaccinations does a young puppy need?'}]},
+    )
+    assert status == 200, body
+    assert '<semantic-recall>' in body['system'] and 'adopted a small dog' in body['system'], body['system']
+    assert not [p for p in body['parts'] if p['type'] == 'data-om-semantic-recall-failed']
+
     status, _ = api.delete(f'/resources/{RES}')
     assert status == 204
     assert not [i for i in vectors(stack) if i['PK']['S'] == f'VEC#{RES}']

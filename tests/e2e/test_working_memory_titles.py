@@ -41,6 +41,10 @@ CONFIG: dict[str, Any] = {
 }
 
 
+def user(text: str) -> dict[str, str]:
+    return {'role': 'user', 'content': text}
+
+
 def long_text(topic: str, words: int = 260) -> str:
     vocab = f'{topic} plan owner deadline budget rollout review schedule'.split()
     return ' '.join(vocab[i % len(vocab)] for i in range(words))
@@ -194,18 +198,20 @@ def test_chat_updates_working_memory_and_titles_the_thread_in_the_background(wm_
 
 def test_observer_thread_title_follows_the_topic(wm_api: Api) -> None:
     api = wm_api
-    status, body = api.post(
-        '/threads/tt-1/steps', {'resourceId': 'tia', 'messages': [{'role': 'user', 'content': long_text('budget')}]}
-    )
-    assert status == 200, body
+
+    def say(text: str) -> dict:
+        # A step observes what came before its own input: the step after a long message observes it
+        for content in (text, 'ok'):
+            status, body = api.post('/threads/tt-1/steps', {'resourceId': 'tia', 'messages': [user(content)]})
+            assert status == 200, body
+        return body
+
+    body = say(long_text('budget'))
     [update] = [p for p in body['parts'] if p['type'] == 'data-om-thread-update']
     assert update['data']['newTitle'] == 'Budget Rollout Review'
     assert api.get('/threads/tt-1?resourceId=tia')[1]['thread']['title'] == 'Budget Rollout Review'
 
-    status, body = api.post(
-        '/threads/tt-1/steps', {'resourceId': 'tia', 'messages': [{'role': 'user', 'content': long_text('zebra')}]}
-    )
-    assert status == 200, body
+    body = say(long_text('zebra'))
     [update] = [p for p in body['parts'] if p['type'] == 'data-om-thread-update']
     assert (update['data']['oldTitle'], update['data']['newTitle']) == (
         'Budget Rollout Review',

@@ -127,6 +127,10 @@ def test_turns_embed_messages_through_gemini_batch_embed(api: Api, gemini: FakeG
     turn(api, 'trip', 'I am planning a trip to Lisbon in May', 'Book the tram tour early.')
 
     embeds = [c.request for c in gemini.calls if c.method == 'batchEmbedContents']
+    # The step embedded its user message as a query (semantic recall in every step), the turn indexed both messages
+    queries = [r for r in embeds if r.body['requests'][0]['taskType'] == 'RETRIEVAL_QUERY']
+    assert len(queries) == 1 and queries[0].model == EMBED_MODEL
+    embeds = [r for r in embeds if r not in queries]
     assert [r.model for r in embeds] == [EMBED_MODEL]
     [req] = embeds
     assert [item['taskType'] for item in req.body['requests']] == ['RETRIEVAL_DOCUMENT', 'RETRIEVAL_DOCUMENT']

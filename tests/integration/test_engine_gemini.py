@@ -99,9 +99,9 @@ def plan(
     text, blocks = '', 0
     at = t0
     for i, (user, reply) in enumerate(turns):
-        u = message(f'u{i}', 'user', user, at)
-        pending.append(counter.with_token_counts(u))
-        if counter.count_messages(pending) >= message_tokens:
+        u = counter.with_token_counts(message(f'u{i}', 'user', user, at))
+        if counter.count_messages([*pending, u]) >= message_tokens and pending:
+            # Due: the step observes what came before its own input (the Actor answers that input; issue 21 item 12)
             blocks += 1
             block = obs.parse_observer_output(observer_block(blocks)).observations
             observed_at = max(m.created_at for m in pending)
@@ -111,6 +111,7 @@ def plan(
             if counter.count_observations(text) > observation_tokens:
                 reflect_at.append(i)
                 text = obs.parse_observer_output(REFLECTION).observations
+        pending.append(u)
         at += timedelta(minutes=1)
         pending.append(counter.with_token_counts(message(f'a{i}', 'assistant', reply, at)))
         at += timedelta(minutes=1)
@@ -185,7 +186,8 @@ def test_engine_sends_images_inline_and_prompts_in_order(fake: FakeGemini) -> No
             ],
         }
     )
-    result = engine.prepare_step('r1', 't1', [msg])
+    engine.prepare_step('r1', 't1', [msg])
+    result = engine.prepare_step('r1', 't1', [])  # the step after it observes it
     assert any(p['type'] == 'data-om-observation-end' for p in result.parts.to_json())
     request = fake.requests[-1]
     assert request.inline_data_count == 1
@@ -211,7 +213,8 @@ def test_engine_survives_bad_observer_answers(fake: FakeGemini, replies, observe
     engine = make_engine(fake, {'model': 'default', 'observation': {'messageTokens': 50, 'bufferTokens': False}}, clock)
     fake.script(FLASH, *replies)
     text = 'A long message about the deployment plan and its many steps ' * 10
-    result = engine.prepare_step('r1', 't1', [message('m1', 'user', text, clock.now())])
+    engine.prepare_step('r1', 't1', [message('m1', 'user', text, clock.now())])
+    result = engine.prepare_step('r1', 't1', [])  # the step after it observes it
     kinds = [p['type'] for p in result.parts.to_json()]
     record = engine.store.get_record('thread:r1/t1')
     if observed:

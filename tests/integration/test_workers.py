@@ -348,6 +348,8 @@ def test_buffered_reflection_through_the_reflection_function_is_staged_then_acti
     by_type = {p['type']: p['data'] for p in result.parts.to_json()}
     assert by_type['data-om-activation']['cycleId'] == 'buffer-refl-it'
     assert by_type['data-om-buffering-end']['operationType'] == 'reflection'
+    # with the seed's `observations`: the staged reflection it produced (issue 21 item 10)
+    assert by_type['data-om-buffering-end']['observations'] == staged.buffered_reflection
     head = engine.store.get_record(RECORD_KEY)
     assert head.generation == staged.generation + 1
     assert 'Later fact 5: client Ortega paid invoice 2005 by wire.' in head.active_observations

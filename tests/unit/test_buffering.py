@@ -468,6 +468,7 @@ def test_a_failed_job_is_answered_to_the_next_step_and_its_running_status_cleare
     result = h.engine.prepare_step('r1', 't1', [h.user(words(10))])
     failed = [p['data'] for p in result.parts.to_json() if p['type'] == 'data-om-buffering-failed']
     assert len(failed) == 1 and failed[0]['cycleId'] == job.cycle_id and failed[0]['error']
+    assert failed[0]['observations'] == ''  # the seed's field: no partial content from a failed call
     status = result.parts.to_json()[-1]['data']['windows']['buffered']['observations']
     assert status['status'] == 'idle'
 

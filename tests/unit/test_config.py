@@ -10,7 +10,6 @@ import pytest
 from pydantic import ValidationError
 
 from om_lib.config import (
-    DOCS_MODELS_URL,
     MessageRange,
     OMConfig,
     ResolvedOMConfig,
@@ -294,12 +293,22 @@ def test_config_a8_model_with_observation_model_is_refused() -> None:
         {'observation': {'messageTokens': 20000}},
         {'scope': 'thread'},
         {'reflection': {}},
-        {'shareTokenBudget': False},
+        {'shareTokenBudget': True, 'observation': {'bufferTokens': False}},
         {'retrieval': True},
     ],
 )
-def test_config_a8_om_options_without_a_model_are_refused(document: dict[str, Any]) -> None:
-    refused(document, 'requires a model to be set', DOCS_MODELS_URL)
+def test_config_a8_om_options_without_a_model_run_on_the_default_model(document: dict[str, Any]) -> None:
+    # The seed asks a config object to name a model; issue 21 relaxes it: the default model, as `true` does.
+    settings = resolve(document)
+    assert settings.observer_model == settings.reflector_model == DEFAULT
+
+
+def test_config_last_messages_seed_003() -> None:
+    assert resolve({}).last_messages == 10
+    assert resolve({'lastMessages': 3}).last_messages == 3
+    assert resolve({'lastMessages': False}).last_messages == 0
+    refused({'lastMessages': -1}, 'lastMessages must be a whole number >= 0 or false')
+    refused({'lastMessages': True}, 'lastMessages must be a whole number >= 0 or false')
 
 
 def test_config_a8_a_disabled_document_needs_no_model() -> None:

@@ -117,38 +117,47 @@ def test_crossing_threshold_observes_and_drops_observed_messages():
     record = h.record()
     assert 'User stated they live in Lisbon' in record.active_observations
     assert '<current-task>' not in record.active_observations
-    assert record.cursor('t1') == 3
-    # The Actor sees memory, the continuation reminder, and the in-flight input (observed but protected).
+    # The step's own input is not observed in its own step: it is the message the Actor answers (issue 21 item 12).
+    assert record.cursor('t1') == 2
+    # The Actor sees memory, the continuation reminder, and the in-flight input once.
     assert 'Lisbon' in result.system and '<current-task>' in result.system
     assert [m.id for m in result.messages] == ['om-continuation', 'u-cross']
     thread = h.store.get_thread('r1', 't1')
     assert thread.current_task == 'Primary: plan a trip'
     assert thread.suggested_response == 'Ask about dates'
-    # The observer saw all three messages and was told about previous (none) observations.
+    # The observer saw the two earlier messages and was told about previous (none) observations.
     request = h.model.calls_for('observer')[0].request
-    assert [m.id for m in request.source_messages] == ['u1', 'a2', 'u-cross']
+    assert [m.id for m in request.source_messages] == ['u1', 'a2']
     # Next step: only new messages are unobserved.
     nxt = h.step(h.user(words(5), mid='u-next'))
-    assert [m.id for m in nxt.messages] == ['om-continuation', 'u-next']
+    assert [m.id for m in nxt.messages] == ['om-continuation', 'u-cross', 'u-next']
 
 
-def test_oversized_first_message_is_observed_at_once_and_still_answered():
+def test_a_step_never_shows_its_new_input_twice_and_an_oversized_message_is_observed_next():
+    # Given a first message far over the threshold
     h = Harness(config())
     h.model.script('observer', OBS_A)
     result = h.step(h.user(words(500), mid='big'))
+    # Then the step answers it as a message and does not also observe it (it would be in `system` and in `messages`)
+    assert h.model.calls_for('observer') == []
+    assert result.system == '' and [m.id for m in result.messages] == ['big']
+    # When the turn is answered and the next step comes, the oversized message is observed with its answer
+    h.engine.complete_turn('r1', 't1', [h.assistant('ok', mid='reply')])
+    after = h.step(h.user('and now?', mid='next'))
     assert len(h.model.calls_for('observer')) == 1
-    assert h.record().cursor('t1') == 1
-    assert [m.id for m in result.messages] == ['om-continuation', 'big']
+    assert h.record().cursor('t1') == 2
+    assert [m.id for m in after.messages] == ['om-continuation', 'next']
 
 
 def test_failing_model_loses_nothing_and_backlog_is_observed_later():
     h = Harness(config())
     h.model.script('observer', *[ModelUnavailableError('503', status_code=503)] * 3)
-    result = h.step(h.user(words(150), mid='m1'))
+    h.step(h.user(words(150), mid='m1'))
+    result = h.step(h.user(words(5), mid='m2'))
     assert 'data-om-observation-failed' in part_types(result)
     failed = next(p for p in result.parts.to_json() if p['type'] == 'data-om-observation-failed')
     assert failed['data']['operationType'] == 'observation' and failed['data']['error']
-    assert [m.id for m in result.messages] == ['m1']
+    assert [m.id for m in result.messages] == ['m1', 'm2']
     record = h.record()
     assert record.cursor('t1') == 0 and record.observing is None  # lease released
     # Right after, the model's circuit is open: the next step answers at once, without calling it
@@ -159,7 +168,7 @@ def test_failing_model_loses_nothing_and_backlog_is_observed_later():
     # A later step, once the cooldown passed, observes the whole backlog.
     h.clock.advance(10)
     h.model.script('observer', OBS_A)
-    later = h.step(h.user(words(5), mid='m2'))
+    later = h.step(h.user(words(5), mid='m3'))
     assert 'data-om-observation-end' in part_types(later)
     assert h.record().cursor('t1') == 3
 
@@ -178,7 +187,8 @@ def test_failing_model_loses_nothing_and_backlog_is_observed_later():
 def test_unusable_observer_output_is_never_stored(bad):
     h = Harness(config())
     h.model.script('observer', bad, bad)
-    result = h.step(h.user(words(150)))
+    h.step(h.user(words(150)))
+    result = h.step(h.user('next'))
     assert 'data-om-observation-failed' in part_types(result)
     assert h.record().active_observations == ''
     assert len(h.model.calls_for('observer')) >= 2
@@ -187,7 +197,8 @@ def test_unusable_observer_output_is_never_stored(bad):
 def test_unusable_then_valid_observer_output_succeeds_with_two_calls():
     h = Harness(config())
     h.model.script('observer', 'no structure here at all', OBS_A)
-    result = h.step(h.user(words(150)))
+    h.step(h.user(words(150)))
+    result = h.step(h.user('next'))
     assert 'data-om-observation-end' in part_types(result)
     assert len(h.model.calls_for('observer')) == 2
 
@@ -195,14 +206,15 @@ def test_unusable_then_valid_observer_output_succeeds_with_two_calls():
 def test_retried_step_with_same_ids_changes_nothing():
     h = Harness(config())
     h.model.script('observer', OBS_A)
-    first = h.user(words(150), mid='same')
+    h.step(h.user(words(150), mid='before'))
+    first = h.user(words(5), mid='same')
     h.step(first)
     record = h.record()
     again = h.step(first)
     assert h.record() == record
     assert len(h.model.calls_for('observer')) == 1
     assert again.saved_ids == []
-    assert len(h.store.list_messages('r1', 't1').messages) == 1
+    assert len(h.store.list_messages('r1', 't1').messages) == 2
 
 
 def test_conflicting_content_under_stored_id_is_refused():
@@ -237,14 +249,16 @@ def test_pending_tool_call_defers_observation_until_result():
         }
     )
     h.model.script('observer', OBS_A)
-    done = h.step(result)
+    h.step(result)
+    done = h.step(h.user('next'))
     assert 'data-om-observation-end' in part_types(done)
 
 
 def test_continuation_reminder_sent_back_is_not_saved():
     h = Harness(config())
     h.model.script('observer', OBS_A)
-    result = h.step(h.user(words(150)))
+    h.step(h.user(words(150)))
+    result = h.step(h.user('next'))
     reminder = result.messages[0]
     assert reminder.id == 'om-continuation'
     h.step(reminder, h.user('next'))
@@ -285,7 +299,8 @@ def test_stale_holder_late_commit_is_refused():
         return OBS_A
 
     h.model.script('observer', slow_then_taken_over)
-    result = h.step(h.user(words(150)))
+    h.step(h.user(words(150)))
+    result = h.step(h.user('next'))
     assert takeover_done
     failed = [p for p in result.parts.to_json() if p['type'] == 'data-om-observation-failed']
     assert failed and failed[0]['data']['reason'] == 'conflict'
@@ -304,7 +319,8 @@ def test_reflection_creates_generation_and_keeps_history():
     h.model.script(
         'reflector', '<observations>\nDate: Jan 1, 2025\n* 🔴 (09:00) User is planning a trip\n</observations>'
     )
-    result = h.step(h.user(words(60)))
+    h.step(h.user(words(60)))
+    result = h.step(h.user('next'))
     record = h.record()
     assert record.generation == 1 and record.origin == 'reflection'
     assert record.active_observations.strip().endswith('User is planning a trip')
@@ -327,7 +343,8 @@ def test_reflection_that_cannot_shrink_backs_off_until_log_grows():
     h.model.script('observer', long_obs)
     # The reflector only ever answers with something larger than its input.
     h.model.script('reflector', *[long_obs + '\n* extra line'] * 4)
-    result = h.step(h.user(words(60)))
+    h.step(h.user(words(60)))
+    result = h.step(h.user('next'))
     assert len(h.model.calls_for('reflector')) == 4
     failed = [
         p
@@ -350,6 +367,16 @@ def test_disabled_memory_returns_recent_messages_only():
     assert h.model.calls == []
 
 
+@pytest.mark.parametrize(('last_messages', 'shown'), [(3, ['u13', 'u14', 'u15']), (False, ['u15']), (0, ['u15'])])
+def test_seed003_last_messages_sets_the_history_a_step_includes(last_messages, shown):
+    # Given message history without observational memory and `lastMessages` (seed 003)
+    h = Harness({'enabled': False, 'lastMessages': last_messages})
+    for _ in range(15):
+        result = h.step(h.user('hi'))
+    # Then a step includes that many recent messages (`false`: no history), and always its own input
+    assert [m.id for m in result.messages] == shown
+
+
 # -- background work: deferral, hand-off, the reflection workflow ------------------------------------------------
 
 
@@ -364,16 +391,17 @@ def with_work(h: Harness):
 def test_observation_that_would_overrun_the_budget_is_deferred_to_the_worker():
     h = Harness(config(), budget=0.5)
     work = with_work(h)
-    result = h.step(h.user(words(150), mid='m1'))
+    h.step(h.user(words(150), mid='m1'))
+    result = h.step(h.user('next', mid='m2'))
     failed = [p for p in result.parts.to_json() if p['type'] == 'data-om-observation-failed']
     assert failed and failed[0]['data']['reason'] == 'deferred'
     assert h.model.calls == []  # not even started: too little time left
     assert [j.kind for j in work.jobs] == ['observe']
-    assert [m.id for m in result.messages] == ['m1']
+    assert [m.id for m in result.messages] == ['m1', 'm2']
     # The worker finishes it.
     h.model.script('observer', OBS_A)
     h.engine.run_job(work.jobs[0])
-    assert h.record().cursor('t1') == 1 and 'Lisbon' in h.record().active_observations
+    assert h.record().cursor('t1') == 2 and 'Lisbon' in h.record().active_observations
 
 
 def test_slow_observer_past_the_deadline_is_deferred_and_nothing_is_lost():
@@ -385,7 +413,8 @@ def test_slow_observer_past_the_deadline_is_deferred_and_nothing_is_lost():
         raise __import__('om_lib.errors', fromlist=['DeadlineExceededError']).DeadlineExceededError('too slow')
 
     h.model.script('observer', slow)
-    result = h.step(h.user(words(150), mid='m1'))
+    h.step(h.user(words(150), mid='m1'))
+    result = h.step(h.user('next', mid='m2'))
     failed = [p for p in result.parts.to_json() if p['type'] == 'data-om-observation-failed']
     assert failed and failed[-1]['data']['reason'] == 'deferred'
     assert h.record().observing is None and h.record().cursor('t1') == 0
@@ -407,7 +436,8 @@ def test_sync_mode_with_a_work_queue_reflects_inside_the_step():
     work = with_work(h)
     h.model.script('observer', LONG_OBS)
     h.model.script('reflector', '<observations>\nDate: Jan 1, 2025\n* 🔴 (09:00) User plans a trip\n</observations>')
-    result = h.step(h.user(words(60)))
+    h.step(h.user(words(60)))
+    result = h.step(h.user('next'))
     # Then the step observed and reflected before answering: the Actor gets the condensed log, nothing is queued
     assert len(h.model.calls_for('reflector')) == 1
     assert work.jobs == []
@@ -422,7 +452,8 @@ def test_sync_mode_hands_reflection_to_the_workflow_when_the_budget_cannot_hold_
     h = Harness(config(message_tokens=50, observation_tokens=40), budget=1.5)
     work = with_work(h)
     h.model.script('observer', LONG_OBS)
-    h.step(h.user(words(60)))  # the observation uses the budget's first second: less than 2 s are left to reflect
+    h.step(h.user(words(60)))
+    h.step(h.user('next'))  # the observation uses the budget's first second: less than 2 s are left to reflect
     assert h.model.calls_for('reflector') == []
     assert [j.kind for j in work.jobs] == ['reflect']
 
@@ -488,7 +519,9 @@ def test_sweeper_observes_quiet_threads_and_clears_done_ones():
     work = with_work(h)
     h.step(h.user(words(10)), thread='quiet')  # below the threshold
     h.model.script('observer', OBS_A)
-    h.step(h.user(words(150)), thread='busy')  # observed at once: nothing left to do
+    h.step(h.user(words(150)), thread='busy')
+    h.engine.complete_turn('r1', 'busy', [h.assistant('ok')])  # the turn queues the observation
+    h.engine.run_job(work.jobs.pop())  # observed: nothing left to do
     assert h.engine.sweep(quiet_for=timedelta(minutes=30)) == []  # nothing is quiet yet
     h.clock.advance(timedelta(hours=1))
     jobs = h.engine.sweep(quiet_for=timedelta(minutes=30))
@@ -520,11 +553,12 @@ def test_a_broken_queue_never_turns_a_saved_step_into_an_error():
     h = Harness(config(message_tokens=50, observation_tokens=40), budget=0.5)
     queue = BrokenQueue()
     h.engine.work = queue
-    result = h.step(h.user(words(80), mid='kept'))  # due, deferred, and the queue is down
+    h.step(h.user(words(80), mid='kept'))
+    result = h.step(h.user('next', mid='also'))  # due, deferred, and the queue is down
     assert queue.calls >= 1
-    assert [m.id for m in result.messages] == ['kept']
+    assert [m.id for m in result.messages] == ['kept', 'also']
     assert any(p['type'] == 'data-om-observation-failed' for p in result.parts.to_json())
-    assert [m.id for m in h.store.list_messages('r1', 't1').messages] == ['kept']
+    assert [m.id for m in h.store.list_messages('r1', 't1').messages] == ['kept', 'also']
 
 
 def test_storage_trouble_after_the_save_is_reported_in_the_answer():
@@ -582,3 +616,48 @@ def test_ids_with_a_slash_are_refused_before_anything_is_written():
     with pytest.raises(InvalidInputError, match='/'):
         h.engine.prepare_step('a/b', 'c', [h.user('hi')])
     assert h.store.get_thread('a/b', 'c') is None
+
+
+# -- background outcomes reach the next step, exactly once (issue 21 item 13) ------------------------------------------
+def test_the_reflection_workflow_outcome_reaches_the_next_step_once():
+    h = Harness(config(message_tokens=50, observation_tokens=40))
+    with_work(h)
+    job = over_the_reflection_threshold(h, LONG_OBS)
+    h.model.script('reflector', '<observations>\nDate: Jan 1, 2025\n* 🔴 (09:00) User plans a trip\n</observations>')
+    # The workflow runs (Step Functions in AWS): check → reflect → validate → commit
+    assert h.engine.workflow_check(job, 'exec-7')['due']
+    h.engine.workflow_reflect(job, 'exec-7')
+    h.engine.workflow_validate(job, 'exec-7')
+    h.engine.workflow_commit(job, 'exec-7')
+    # The client's next step hears of it: a reflection cycle named after the execution, its new log included
+    parts = h.step(h.user('hello')).parts.to_json()
+    cycle = [(p['type'], p['data']['operationType']) for p in parts if p['data'].get('cycleId') == 'exec-7']
+    assert cycle == [('data-om-observation-start', 'reflection'), ('data-om-observation-end', 'reflection')]
+    end = next(p['data'] for p in parts if p['type'] == 'data-om-observation-end')
+    assert 'User plans a trip' in end['observations'] and end['tokensObserved'] > 0
+    # and only once
+    assert not [p for p in h.step(h.user('again')).parts.to_json() if p['data'].get('cycleId') == 'exec-7']
+
+
+def test_a_failed_workflow_run_and_a_worker_observation_reach_the_next_step_once():
+    h = Harness(config(message_tokens=50, observation_tokens=40))
+    work = with_work(h)
+    job = over_the_reflection_threshold(h, LONG_OBS)
+    h.model.script('reflector', *[ModelUnavailableError('503', status_code=503)] * 4)
+    assert h.engine.workflow_check(job, 'exec-8')['due']
+    with pytest.raises(ModelUnavailableError):
+        h.engine.workflow_reflect(job, 'exec-8')
+    h.engine.workflow_release(job, 'exec-8')
+    # The Reflector's 503s opened the model's circuit; the worker runs once its cool-down has passed
+    h.clock.advance(timedelta(seconds=10))
+    # A worker's observation too (the turn queued it)
+    h.model.script('observer', OBS_B)
+    h.engine.complete_turn('r1', 't1', [h.assistant(words(80))])
+    h.engine.run_job(next(j for j in work.jobs if j.kind == 'observe'))
+    parts = h.step(h.user('hi')).parts.to_json()
+    failed = [p['data'] for p in parts if p['type'] == 'data-om-observation-failed']
+    failed = [f for f in failed if f['cycleId'] == 'exec-8']
+    assert [(f['operationType'], f['reason']) for f in failed] == [('reflection', 'error')]
+    ended = [p['data'] for p in parts if p['type'] == 'data-om-observation-end']
+    assert [e['operationType'] for e in ended] == ['observation'] and 'trains to Porto' in ended[0]['observations']
+    assert not [p for p in h.step(h.user('hi again')).parts.to_json() if p['type'] != 'data-om-status']

@@ -112,8 +112,9 @@ def test_an_observer_that_ignores_sections_still_gets_every_message_into_memory(
     h = Harness(resource_config(message_tokens=170), model=model)
     h.step(say(h, 'a', 1, words(48)), thread='a')
     h.step(say(h, 'b', 1, words(48)), thread='b')
-    # When the third thread makes observation due (all three are selected: none alone covers the threshold)
-    h.step(say(h, 'c', 1, words(48)), thread='c')
+    h.engine.complete_turn('r1', 'c', [say(h, 'c', 1, words(48))])
+    # When the third thread's step makes observation due (all three are selected: none alone covers the threshold)
+    h.step(thread='c')
     # Then the batch answer covered no thread, so each thread was asked about alone (no sections needed there)
     assert len(model.calls_for('observer')) == 4
     record = head(h)
@@ -132,8 +133,9 @@ def test_a_batch_where_only_some_threads_come_back_keeps_the_missing_one_unobser
     h.step(say(h, 'b', 1, words(48)), thread='b')
     model.script('observer', lambda r: section_answer(r, skip=lambda shown: shown == 'c'))
     model.script('observer', ModelRequestError('scripted refusal for c'))
+    h.engine.complete_turn('r1', 'c', [say(h, 'c', 1, words(48))])
     # When observation becomes due with c in the batch
-    result = h.step(say(h, 'c', 1, words(48)), thread='c')
+    result = h.step(thread='c')
     # Then a and b are observed, c is not: its cursor did not move and it is still pending, with the reason said
     record = head(h)
     assert record.cursors == {'a': 1, 'b': 1}
@@ -142,7 +144,7 @@ def test_a_batch_where_only_some_threads_come_back_keeps_the_missing_one_unobser
     failed = [p['data'] for p in result.parts.to_json() if p['type'] == 'data-om-observation-failed']
     assert [(f['threadId'], f['reason']) for f in failed] == [('c', 'error')]
     assert_cursors_cover_only_observed(h)
-    # And c's message still reaches the Actor (it is this step's own input), and is observed once the model recovers
+    # And c's message still reaches the Actor (it is unobserved), and is observed once the model recovers
     assert [m.id for m in result.messages if m.id.startswith('msg-')] == ['msg-c-1']
     model.script('observer', section_answer)
     h.engine.observe_now('r1', 'c')
@@ -181,7 +183,9 @@ def test_the_offline_model_observes_every_thread_in_resource_scope(obscure: bool
         )
 
     engine.prepare_step('r1', 'home', [user('h1', 'I live in Lisbon with my two cats, Miso and Tofu. ' + words(30))])
-    engine.prepare_step('r1', 'work', [user('w1', 'I am a data engineer and I work remotely for a bank. ' + words(30))])
+    work_fact = 'I am a data engineer and I work remotely for a bank. ' + words(30)
+    engine.complete_turn('r1', 'work', [user('w1', work_fact)])
+    engine.prepare_step('r1', 'work', [])  # a step observes what came before its own input
     # Then one multi-thread Observer call covered both threads: both facts are in memory, both cursors moved
     assert offline.purposes.count('observer') == 1
     record = store.get_record('resource:r1')

@@ -137,6 +137,26 @@ def test_parse_falls_back_to_list_lines_then_whole_output() -> None:
     assert no_hints.observations == 'User likes tea.'
 
 
+def test_parse_strips_ephemeral_anchor_ids_before_storing() -> None:
+    # Given a Reflector that echoed the reference's anchor ids at the start of lines (spec §15.2-§15.3)
+    raw = (
+        '<observations>\nDate: Jan 1, 2025\n[O1] * 🔴 (10:00) User likes tea\n'
+        '* [O2] 🟡 (10:05) Asked about [O3] in text\n  - [O2-N1] sub-detail\n  - [O12-N3-N4] deeper\n</observations>'
+    )
+    # When it is parsed
+    observations = parse_reflector_output(raw).observations
+    # Then no anchor is left where a line starts, bullets and indentation stay, and text in the middle is untouched
+    assert observations.split('\n') == [
+        'Date: Jan 1, 2025',
+        '* 🔴 (10:00) User likes tea',
+        '* 🟡 (10:05) Asked about [O3] in text',
+        '  - sub-detail',
+        '  - deeper',
+    ]
+    # and the whole-output fallback strips them too
+    assert parse_reflector_output('[O1] The user likes tea.').observations == 'The user likes tea.'
+
+
 def test_parse_caps_long_lines_and_flags_degenerate() -> None:
     parsed = parse_reflector_output('<observations>\n* ' + 'x' * 15_000 + '\n* short\n</observations>')
     first, second = parsed.observations.split('\n')

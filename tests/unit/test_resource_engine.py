@@ -61,20 +61,23 @@ def test_a_fact_from_thread_a_reaches_thread_b_before_and_after_observation():
     assert h.model.calls == []
     # When enough is said for an observation (A + B together pass 60 tokens)
     result = h.step(h.user(words(10, 'b')), thread='B')
-    # Then one multi-thread Observer call observed both threads; the fact now lives in the shared observations
+    # Then one multi-thread Observer call observed both threads (B's new input is the message B's Actor answers: it
+    # is observed later, never shown twice); the fact now lives in the shared observations
     assert len(h.model.calls_for('observer')) == 1
     head = record(h)
     assert '<thread id="A">' in head.active_observations and 'I moved to Berlin' in head.active_observations
-    assert head.cursors == {'A': 1, 'B': 2}
+    assert head.cursors == {'A': 1, 'B': 1}
     assert 'I moved to Berlin' in result.system and '<other-conversation' not in result.system
+    assert [m.id for m in result.messages] == ['om-continuation', 'u3']
     # And each thread got its own continuation hints
     assert h.store.get_thread('r1', 'A').current_task.startswith('Primary: follow up on I moved')
-    assert h.store.list_pending_threads('r1') == []
+    assert [p.thread_id for p in h.store.list_pending_threads('r1')] == ['B']
 
 
 def test_two_resources_never_see_each_others_memory():
     h = harness(resource_config(message_tokens=30))
     h.step(h.user('alice secret ' + words(40)), thread='a1', resource='alice')
+    h.step(h.user('and more'), thread='a1', resource='alice')
     result = h.step(h.user('hello'), thread='b1', resource='bob')
     assert 'alice secret' not in result.system
     assert 'alice secret' in record(h, 'alice').active_observations
@@ -85,10 +88,12 @@ def test_two_resources_never_see_each_others_memory():
 
 def test_selection_observes_the_largest_threads_and_leaves_the_rest_pending_not_skipped():
     h = harness(resource_config(message_tokens=140, maxTokensPerBatch=10_000))
-    h.step(h.user('small thread ' + words(10)), thread='small')
-    h.step(h.user('big one ' + words(60)), thread='big')
+    # Messages saved by turns (a step never observes its own new input, so the content arrives through turns)
+    h.engine.complete_turn('r1', 'small', [h.user('small thread ' + words(10))])
+    h.engine.complete_turn('r1', 'big', [h.user('big one ' + words(60))])
+    h.engine.complete_turn('r1', 'mid', [h.user('middle ' + words(45))])
     assert h.model.calls == []
-    h.step(h.user('middle ' + words(45)), thread='mid')  # due now; big + mid reach the threshold without small
+    h.step(thread='mid')  # due now; big + mid reach the threshold without small
     head = record(h)
     assert set(head.cursors) == {'big', 'mid'}
     assert [p.thread_id for p in h.store.list_pending_threads('r1')] == ['small']
@@ -104,10 +109,11 @@ def test_batches_run_separately_and_a_failed_batch_keeps_its_threads_pending():
     h = Harness(resource_config(message_tokens=180, maxTokensPerBatch=80), model=model)
     h.step(h.user('first ' + words(50)), thread='t1')
     h.step(h.user('second ' + words(50)), thread='t2')
+    h.engine.complete_turn('r1', 't3', [h.user('third ' + words(50))])
     assert model.calls == []
-    # When the third thread makes it due, each thread is its own batch (80 tokens each at most), and one fails
+    # When the third thread's step makes it due, each thread is its own batch (80 tokens each at most), and one fails
     model.script('observer', ModelRequestError('scripted refusal'))
-    result = h.step(h.user('third ' + words(50)), thread='t3')
+    result = h.step(thread='t3')
     assert len(model.calls_for('observer')) == 3
     observed = set(record(h).cursors)
     assert len(observed) == 2, record(h).cursors
@@ -152,7 +158,8 @@ def test_reflection_waits_for_older_unobserved_messages():
     config['reflection'] = {'observationTokens': 20}
     h = harness(config, work=work)
     h.step(h.user('older thread ' + words(5)), thread='old')
-    h.step(h.user(words(45)), thread='new')  # observes only the new thread: the log passes the reflection threshold
+    h.engine.complete_turn('r1', 'new', [h.user(words(45))])
+    h.step(thread='new')  # observes only the new thread: the log passes the reflection threshold
     assert set(record(h).cursors) == {'new'}
     # The old thread's message predates this cycle and is unobserved: reflection waits for it
     assert h.model.calls_for('reflector') == []

@@ -126,7 +126,8 @@ OBSERVED = '<observations>\n* 🔴 (09:00) User {0}\n</observations>\n<thread-ti
 def test_observer_thread_title_renames_the_thread_when_on() -> None:
     engine, model = make({'observation': {'messageTokens': 5, 'bufferTokens': False, 'threadTitle': True}})
     model.script('observer', OBSERVED.format('plans a trip', 'Trip to Lisbon'))
-    step = engine.prepare_step('r1', 't1', [user(engine, 'I plan a trip to Lisbon next May', 'u1')])
+    engine.prepare_step('r1', 't1', [user(engine, 'I plan a trip to Lisbon next May', 'u1')])
+    step = engine.prepare_step('r1', 't1', [])  # the input is observed by the step after it
 
     [update] = [p for p in step.parts.to_json() if p['type'] == 'data-om-thread-update']
     assert update['data']['newTitle'] == 'Trip to Lisbon' and 'oldTitle' not in update['data']
@@ -134,7 +135,8 @@ def test_observer_thread_title_renames_the_thread_when_on() -> None:
 
     # The topic changes: a new title replaces it, and the Observer was shown the old one.
     model.script('observer', OBSERVED.format('asks about taxes', 'Tax return questions'))
-    step = engine.prepare_step('r1', 't1', [user(engine, 'Now something else: my tax return forms', 'u2')])
+    engine.prepare_step('r1', 't1', [user(engine, 'Now something else: my tax return forms', 'u2')])
+    step = engine.prepare_step('r1', 't1', [])
     [update] = [p for p in step.parts.to_json() if p['type'] == 'data-om-thread-update']
     assert (update['data']['oldTitle'], update['data']['newTitle']) == ('Trip to Lisbon', 'Tax return questions')
     assert 'Trip to Lisbon' in model.calls_for('observer')[-1].request.contents[0].parts[0]

@@ -435,7 +435,7 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ('GET', '/openapi.json'),
 )
 # Routes the contract lists that a server may not serve yet; the client's methods for them work once it does.
-NOT_YET_SERVED_OK: frozenset[tuple[str, str]] = frozenset({('GET', '/threads/{threadId}/memory/generations')})
+NOT_YET_SERVED_OK: frozenset[tuple[str, str]] = frozenset()
 
 
 def read_answer(call: Call[T], response: httpx.Response, attempt: int) -> T:

@@ -254,7 +254,7 @@ class MemoryClient(_Base):
     def memory_generations(
         self, thread_id: str, *, resource_id: str | None = None, limit: int | None = None
     ) -> MemoryGenerations:
-        """Earlier generations of the memory, newest first (raises NotFound until the server serves the route)."""
+        """The memory's generations, newest first: the current one, then the earlier ones (`limit` at most)."""
         return self.send(self.calls.memory_generations(thread_id, resource_id=resource_id, limit=limit))
 
     def messages(
@@ -627,7 +627,7 @@ class AsyncMemoryClient(_Base):
     async def memory_generations(
         self, thread_id: str, *, resource_id: str | None = None, limit: int | None = None
     ) -> MemoryGenerations:
-        """Earlier generations of the memory, newest first (raises NotFound until the server serves the route)."""
+        """The memory's generations, newest first: the current one, then the earlier ones (`limit` at most)."""
         return await self.send(self.calls.memory_generations(thread_id, resource_id=resource_id, limit=limit))
 
     async def messages(

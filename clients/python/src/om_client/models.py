@@ -294,10 +294,25 @@ class MemoryStatus(WireModel):
     recent_failures: list[RecentFailure] | None = None
 
 
-class MemoryGenerations(WireModel):
-    """`GET /threads/{id}/memory/generations` (once the server serves it): earlier generations, newest first."""
+class Generation(WireModel):
+    """One generation of a memory (`trigger`: `initial`, `reflection` or `reset`)."""
 
-    generations: list[dict[str, Any]] = Field(default_factory=list)
+    generation: int = 0
+    record_id: str | None = None
+    current: bool = False
+    trigger: str | None = None
+    created_at: str | None = None
+    observations: str = ''
+    observation_tokens: int = 0
+
+
+class MemoryGenerations(WireModel):
+    """`GET /threads/{id}/memory/generations`: the memory's generations, newest first (the current one first)."""
+
+    scope: Literal['thread', 'resource'] = 'thread'
+    record_id: str | None = None
+    generations: list[Generation] = Field(default_factory=list)
+    has_more: bool = False
 
 
 class MessagesPage(WireModel):

@@ -1,0 +1,258 @@
+"""The `om` command as a newcomer runs it: each mistake is one clear message (what was wrong, how to fix it), exit
+status 2, never a traceback; `om invoke` says which stack it used and can reuse a running `om serve`; `dev.py`
+passes Ctrl-C and SIGTERM on to what it runs and leaves nothing running (issue 21, items 1, 2, 4, 5).
+
+Each command runs in its own process, as a user would start it, with no model credentials and no AWS endpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from om_cli.local_stack import LocalStack
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+DROPPED_ENV = (
+    'GEMINI_API_KEY',
+    'GOOGLE_API_KEY',
+    'GOOGLE_GEMINI_BASE_URL',
+    'AWS_PROFILE',
+    'OM_CONFIG',
+    'OM_CONFIG_FILE',
+)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV and not k.startswith('AWS_ENDPOINT_URL')}
+    return {**env, **extra}
+
+
+def om(*args: str, env: dict[str, str] | None = None, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, '-m', 'om_cli.main', *args],
+        cwd=ROOT,
+        env=env or clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def assert_usage_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert 'Traceback' not in result.stderr + result.stdout, result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, (fragment, result.stderr)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        return int(probe.getsockname()[1])
+
+
+# -- item 1: one clear message and exit status 2 for each mistake ------------------------------------------------------
+def test_cli_a_bad_config_file_names_the_file_actually_read_and_the_field(tmp_path):
+    bad = tmp_path / 'bad.json'
+    bad.write_text(json.dumps({'observation': {'messageTokens': 'lots'}}))
+    other = tmp_path / 'other.json'
+    other.write_text('{}')
+    # --config wins over OM_CONFIG_FILE: the message names the file that was read
+    result = om('serve', '--config', str(bad), '--port', '0', env=clean_env(OM_CONFIG_FILE=str(other)))
+    assert_usage_error(result, f'config file {bad}', 'observation.messageTokens', 'fix the file')
+    assert 'OM_CONFIG_FILE' not in result.stderr and str(other) not in result.stderr
+    broken = tmp_path / 'broken.json'
+    broken.write_text('{"model": ')
+    assert_usage_error(om('chat', '--config', str(broken)), f'config file {broken}', 'not valid JSON')
+
+
+def test_cli_a_port_in_use_says_so_and_how_to_pick_another():
+    with socket.socket() as taken:
+        taken.bind(('127.0.0.1', 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = om('serve', '--port', str(port))
+    assert_usage_error(result, f'port {port}', 'already in use', '--port')
+
+
+def test_cli_chat_with_no_server_running_says_how_to_start_one():
+    url = f'http://127.0.0.1:{free_port()}'
+    assert_usage_error(om('chat', '--url', url), f'cannot reach om serve at {url}', 'om serve', 'leave out --url')
+
+
+def test_cli_invoke_with_a_missing_or_broken_event_file_names_the_samples(tmp_path):
+    result = om('invoke', 'sweeper', 'no/such/event.json')
+    assert_usage_error(result, 'event file no/such/event.json not found', 'events/sweeper/schedule.json')
+    broken = tmp_path / 'event.json'
+    broken.write_text('{"detail": ')
+    assert_usage_error(om('invoke', 'api', str(broken)), 'is not JSON', 'events/api/')
+    assert_usage_error(om('invoke', 'nope', str(broken)), "invalid choice: 'nope'")
+
+
+def test_cli_a_config_without_a_model_runs_on_the_default_model_and_invoke_says_which_stack(tmp_path):
+    config = tmp_path / 'om.json'
+    config.write_text(json.dumps({'observation': {'messageTokens': 500}}))
+    result = om('invoke', 'api', 'events/api/health_get.json', '--config', str(config))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)['statusCode'] == 200
+    assert 'a fresh local stack' in result.stderr and '--stack URL' in result.stderr
+
+
+def test_cli_help_describes_every_option_with_an_example():
+    from om_cli.main import build_parser
+
+    top = om('--help')
+    assert top.returncode == 0 and 'examples:' in top.stdout and 'om invoke sweeper' in top.stdout
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(commands) == {'serve', 'invoke', 'chat', 'demo'}
+    for name, command in commands.items():
+        assert command.epilog and 'om ' in command.epilog, name  # an example of the whole command
+        for action in command._actions:
+            if isinstance(action, argparse._HelpAction | argparse._StoreTrueAction) or action.choices:
+                continue
+            assert action.help and 'e.g.' in action.help, (name, action.dest, action.help)
+
+
+# -- item 4: om invoke against a running om serve ----------------------------------------------------------------------
+def test_cli_invoke_with_stack_uses_the_running_local_stack_store(monkeypatch):
+    for name in DROPPED_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv('AWS_ENDPOINT_URL', raising=False)
+    with LocalStack(port=0, sweep_interval_s=None) as stack:
+        url = stack.url
+        # Given a thread created through the running stack's API
+        body = json.dumps({'resourceId': 'user-42', 'id': 'thread-1', 'title': 'made by om serve'}).encode()
+        request = urllib.request.Request(
+            f'{stack.url}/threads', data=body, method='POST', headers={'Content-Type': 'application/json'}
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 201
+        # When the sample event reads it through `om invoke --stack`
+        result = om('invoke', 'api', 'events/api/thread_get.json', '--stack', url)
+    # Then the function found it: same store, and the command said which stack it used
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert answer['statusCode'] == 200, answer
+    assert json.loads(answer['body'])['thread']['title'] == 'made by om serve'
+    assert f'the running local stack at {url}' in result.stderr
+    unreachable = f'http://127.0.0.1:{free_port()}'
+    assert_usage_error(
+        om('invoke', 'api', 'events/api/health_get.json', '--stack', unreachable), 'cannot reach om serve'
+    )
+
+
+# -- item 2 (and 5): dev.py passes signals on and leaves no om serve running -------------------------------------------
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path('/proc').iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / 'stat').read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(')', 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != 'Z'
+
+
+def wait_for_health(url: str, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f'{url}/health', timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise AssertionError(f'om serve did not answer at {url} within {timeout} s')
+
+
+@pytest.mark.skipif(not Path('/proc').is_dir(), reason='finds child processes through /proc (Linux)')
+@pytest.mark.parametrize('how', ['SIGTERM', 'Ctrl-C'])
+def test_dev_py_forwards_the_signal_and_leaves_no_om_serve_running(how):
+    port = free_port()
+    url = f'http://127.0.0.1:{port}'
+    dev = subprocess.Popen(
+        [sys.executable, 'dev.py', 'om', 'serve', '--port', str(port), '--sweep-interval', '0'],
+        cwd=ROOT,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    try:
+        wait_for_health(url)
+        with pytest.raises(urllib.error.HTTPError):  # a request through the API (404: no such thread)
+            urllib.request.urlopen(f'{url}/threads/t1/memory?resourceId=me', timeout=10)
+        serve = children_of(dev.pid)
+    except BaseException:
+        dev.kill()
+        raise
+    assert serve and all(alive(pid) for pid in serve)
+    if how == 'Ctrl-C':
+        os.killpg(dev.pid, signal.SIGINT)  # the terminal signals the whole foreground group
+    else:
+        dev.send_signal(signal.SIGTERM)  # `kill` or a CI runner tells dev.py only
+    out, err = dev.communicate(timeout=60)
+    assert dev.returncode == 0, (dev.returncode, err)
+    assert not [pid for pid in serve if alive(pid)], 'om serve is still running'
+    assert 'Traceback' not in err, err
+    assert 'stopping ...' in err
+    # Quiet by default: one line per request naming it, no metric blobs, no raw emulator request lines (item 5)
+    assert 'GET /health 200' in err and '"_aws"' not in out + err, (out, err)
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f'{url}/health', timeout=2)
+
+
+# -- item 3: om chat's commands ---------------------------------------------------------------------------------------
+def test_cli_chat_commands_show_memory_threads_recall_and_switch_threads(monkeypatch):
+    import io
+
+    from om_cli.main import Chat
+
+    for name in DROPPED_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv('AWS_ENDPOINT_URL', raising=False)
+    config = {'retrieval': True, 'observation': {'messageTokens': 300, 'bufferTokens': False}}
+    with LocalStack(port=0, sweep_interval_s=None, config=config) as stack:
+        out = io.StringIO()
+        chat = Chat(stack.url, 'ana', 'trip', out=out)
+        assert chat.handle('My name is Ana and I live in Porto. ' + 'I love long walks by the river. ' * 20)
+        assert 'assistant> (offline model)' in out.getvalue() and '[memory] messages' in out.getvalue()
+        assert chat.handle('Where do I live?')  # the second turn observes the first (offline model)
+        for command in ('/help', '/memory', '/threads', '/recall', '/new side-quest', '/threads', '/nope'):
+            assert chat.handle(command)
+        assert chat.handle('/quit') is False
+    text = out.getvalue()
+    assert '/recall [QUERY]' in text and '/memory' in text  # /help
+    assert 'messages      [' in text and 'observations  [' in text and 'tokens' in text  # token bars
+    assert 'User stated: My name is Ana' in text or 'name is Ana' in text  # the observation log
+    assert '  trip' in text and '← current' in text  # /threads
+    assert 'I live in Porto' in text  # /recall: the thread's raw history from its start
+    assert "now in thread 'side-quest'" in text and chat.thread == 'side-quest'
+    assert 'unknown command /nope; /help lists the commands' in text
