@@ -161,8 +161,10 @@ class ChatReply:
     finish_reason: str | None = None
     status: int = 200
     error_message: str = ''
+    error_code: str | None = None
     prompt_tokens: int = 11
     completion_tokens: int = 7
+    cached_tokens: int = 0
     delay_s: float = 0.0
 
     @classmethod
@@ -179,9 +181,11 @@ class ChatReply:
         return cls(content=text, calls=made, finish_reason='tool_calls', delay_s=delay_s)
 
     @classmethod
-    def error(cls, status: int, message: str = 'scripted failure', *, delay_s: float = 0.0) -> ChatReply:
-        """An OpenAI-style error answer."""
-        return cls(status=status, error_message=message, delay_s=delay_s)
+    def error(
+        cls, status: int, message: str = 'scripted failure', *, code: str | None = None, delay_s: float = 0.0
+    ) -> ChatReply:
+        """An OpenAI-style error answer (`code` as OpenAI sends it, e.g. `insufficient_quota` on a 429)."""
+        return cls(status=status, error_message=message, error_code=code, delay_s=delay_s)
 
     def after(self, delay_s: float) -> ChatReply:
         """The same reply, sent after `delay_s` seconds."""
@@ -407,11 +411,12 @@ def _finish(reply: ChatReply) -> str:
     return reply.finish_reason or ('tool_calls' if reply.calls else 'stop')
 
 
-def _usage(reply: ChatReply) -> dict[str, int]:
+def _usage(reply: ChatReply) -> dict[str, Any]:
     return {
         'prompt_tokens': reply.prompt_tokens,
         'completion_tokens': reply.completion_tokens,
         'total_tokens': reply.prompt_tokens + reply.completion_tokens,
+        'prompt_tokens_details': {'cached_tokens': reply.cached_tokens},
     }
 
 
@@ -423,9 +428,9 @@ def _pieces(text: str, count: int = 3) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def error_body(status: int, message: str) -> dict[str, Any]:
+def error_body(status: int, message: str, code: str | None = None) -> dict[str, Any]:
     """An OpenAI-style error object."""
-    return {'error': {'message': message, 'type': _ERROR_TYPES.get(status, 'api_error'), 'param': None, 'code': None}}
+    return {'error': {'message': message, 'type': _ERROR_TYPES.get(status, 'api_error'), 'param': None, 'code': code}}
 
 
 def _make_request_handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
@@ -467,7 +472,7 @@ def _make_request_handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             fake._wait(reply.delay_s)
             call.status = reply.status
             if reply.status != 200:
-                self._send_json(reply.status, error_body(reply.status, reply.error_message))
+                self._send_json(reply.status, error_body(reply.status, reply.error_message, reply.error_code))
             elif request.stream:
                 self._send_events(fake.chat_chunks(request, reply))
             else:
