@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from om_lib.config import OMConfig, load_config
+from om_lib.embedders import DEFAULT_EMBEDDING_DIMENSIONS, DEFAULT_EMBEDDING_MODEL, check_embedding_model
 from om_lib.engine import MemoryEngine
 from om_lib.service import MemoryService
 
@@ -32,9 +33,6 @@ if TYPE_CHECKING:
 
 
 logger = logging.getLogger(__name__)
-
-# Providers with an embedding API (OM_EMBEDDING_MODEL=<provider>/<model>).
-EMBEDDING_PROVIDERS = ('google', 'bedrock', 'openai')
 
 
 class ServiceSettings(BaseModel):
@@ -66,24 +64,21 @@ class ServiceSettings(BaseModel):
         default=False, description='No credentials → offline model (local stack only; deployed stacks never set it).'
     )
     OM_EMBEDDING_MODEL: str = Field(
-        default='google/gemini-embedding-001',
+        default=DEFAULT_EMBEDDING_MODEL,
         description='Embedder for semantic search: google/<model>, bedrock/amazon.titan-embed-text-v2:0, '
         'openai/<model>, local (the local-embeddings extra) or hashing.',
     )
     OM_EMBEDDING_DIMENSIONS: int = Field(
-        default=256, ge=8, le=3072, description='Stored vector size (Gemini, Titan v2: 256/512/1024, OpenAI).'
+        default=DEFAULT_EMBEDDING_DIMENSIONS,
+        ge=8,
+        le=3072,
+        description='Stored vector size (Gemini, Titan v2: 256/512/1024, OpenAI).',
     )
 
     @field_validator('OM_EMBEDDING_MODEL')
     @classmethod
     def _check_embedding_model(cls, name: str) -> str:
-        provider, slash, model_id = name.partition('/')
-        if name in ('local', 'hashing') or (provider in EMBEDDING_PROVIDERS and slash and model_id):
-            return name
-        raise ValueError(
-            f'{name!r} is not an embedder: use google/<model>, bedrock/amazon.titan-embed-text-v2:0, openai/<model>, '
-            'local or hashing'
-        )
+        return check_embedding_model(name)
 
 
 @lru_cache(maxsize=1)
@@ -183,7 +178,7 @@ def used_providers() -> set[str]:
     """The providers the configuration and OM_EMBEDDING_MODEL name (what a local run warns about, what init warms)."""
     used = {ref.provider for refs in config().resolved().models_by_role().values() for ref in refs}
     embedding = settings().OM_EMBEDDING_MODEL.partition('/')
-    if embedding[1] and semantic_enabled():
+    if embedding[1] and config().resolved().semantic_search:
         used.add(embedding[0])
     return used
 
@@ -326,16 +321,10 @@ def _openai() -> OpenAILanguageModel:
     return model
 
 
-def semantic_enabled() -> bool:
-    """Is semantic search on (`retrieval.vector` or `semanticRecall`)? Then an embedder is needed."""
-    resolved = config().resolved()
-    return (resolved.retrieval is not None and resolved.retrieval.vector) or resolved.semantic_recall is not None
-
-
 @lru_cache(maxsize=1)
 def semantic() -> SemanticMemory | None:
     """Semantic search over messages, or None when neither `retrieval.vector` nor `semanticRecall` is on."""
-    if not semantic_enabled():
+    if not config().resolved().semantic_search:
         return None
     from om_lib.semantic import SemanticMemory
 

@@ -131,6 +131,7 @@ OUTPUT_WORK_QUEUE_URL: Final = 'WorkQueueUrl'
 OUTPUT_DEAD_LETTER_QUEUE_URL: Final = 'DeadLetterQueueUrl'
 OUTPUT_STATE_MACHINE_ARN: Final = 'ReflectionStateMachineArn'
 OUTPUT_GEMINI_SECRET_ARN: Final = 'GeminiSecretArn'
+OUTPUT_OPENAI_SECRET_ARN: Final = 'OpenAISecretArn'
 OUTPUT_ALARM_TOPIC_ARN: Final = 'AlarmTopicArn'
 OUTPUT_AUTH_MODE: Final = 'AuthMode'
 

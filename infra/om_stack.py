@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aws_cdk import Annotations, CfnOutput, Duration, Stack
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
 from constructs import Construct
@@ -31,6 +32,7 @@ from infra.constants import (
     OUTPUT_BUCKET_NAME,
     OUTPUT_DEAD_LETTER_QUEUE_URL,
     OUTPUT_GEMINI_SECRET_ARN,
+    OUTPUT_OPENAI_SECRET_ARN,
     OUTPUT_STATE_MACHINE_ARN,
     OUTPUT_TABLE_NAME,
     OUTPUT_WORK_QUEUE_URL,
@@ -53,7 +55,16 @@ from infra.constructs import (
     SweeperSchedule,
     WorkQueue,
 )
+from infra.constructs.nag import acknowledge, nag_text
+from infra.model_access import (
+    BEDROCK_INVOKE_ACTIONS,
+    INFERENCE_PROFILE_CONDITION,
+    Arns,
+    ModelAccess,
+    function_access,
+)
 from om_lib.config import OMConfig, format_validation_error
+from om_lib.embedders import DEFAULT_EMBEDDING_MODEL
 from om_lib.errors import ConfigError
 
 # Lambda allows 4 KB of environment variables in total; the other variables take about 1 KB once resolved.
@@ -105,6 +116,11 @@ class StackSettings:
     stage: str = DEFAULT_STAGE
     gemini_secret_arn: str | None = None
     gemini_secret_name: str | None = None
+    openai_secret_arn: str | None = None
+    openai_secret_name: str | None = None
+    openai_base_url: str | None = None
+    embedding_model: str | None = None
+    embedding_dimensions: int | None = None
     asset_mode: str = 'full'
     api_rate_limit: float = API_RATE_LIMIT
     api_burst_limit: int = API_BURST_LIMIT
@@ -126,8 +142,31 @@ class OmStack(Stack):
         self.work_queue = WorkQueue(
             self, 'WorkQueue', consumer_timeout=Duration.seconds(BUFFER_WORKER_FUNCTION.timeout_s)
         )
-        self.gemini_secret = GeminiSecret(
-            self, 'GeminiSecret', secret_arn=settings.gemini_secret_arn, secret_name=settings.gemini_secret_name
+        # Model access per function, from the configuration: Bedrock grants, and an API-key secret only for a provider
+        # that some function calls (an all-Bedrock deployment has no secret at all).
+        self.model_access = function_access(
+            self.om_config.resolved(),
+            Arns(partition=self.partition, region=self.region, account=self.account),
+            embedding_model=settings.embedding_model or DEFAULT_EMBEDDING_MODEL,
+        )
+        keys = frozenset().union(*(access.secrets for access in self.model_access.values()))
+        self.gemini_secret = (
+            GeminiSecret(
+                self, 'GeminiSecret', secret_arn=settings.gemini_secret_arn, secret_name=settings.gemini_secret_name
+            )
+            if 'google' in keys
+            else None
+        )
+        self.openai_secret = (
+            GeminiSecret(
+                self,
+                'OpenAISecret',
+                secret_arn=settings.openai_secret_arn,
+                secret_name=settings.openai_secret_name,
+                provider='OpenAI',
+            )
+            if 'openai' in keys
+            else None
         )
         state_machine_name = f'{self.stack_name}-reflection'
         environment = self._environment(ReflectionWorkflow.arn_for(self, state_machine_name))
@@ -182,13 +221,24 @@ class OmStack(Stack):
         self._build_outputs()
 
     def _environment(self, state_machine_arn: str) -> dict[str, str]:
+        models: dict[str, str] = {}
+        # The keys' locations, never the keys: functions read them from Secrets Manager on first use.
+        if self.gemini_secret is not None:
+            models['OM_GEMINI_SECRET_ARN'] = self.gemini_secret.secret_arn
+        if self.openai_secret is not None:
+            models['OM_OPENAI_SECRET_ARN'] = self.openai_secret.secret_arn
+        if self.settings.openai_base_url:
+            models['OPENAI_BASE_URL'] = self.settings.openai_base_url
+        if self.settings.embedding_model:
+            models['OM_EMBEDDING_MODEL'] = self.settings.embedding_model
+        if self.settings.embedding_dimensions:
+            models['OM_EMBEDDING_DIMENSIONS'] = str(self.settings.embedding_dimensions)
         return {
             'OM_TABLE_NAME': self.table.table.table_name,
             'OM_BUCKET_NAME': self.bucket.bucket.bucket_name,
             'OM_WORK_QUEUE_URL': self.work_queue.queue.queue_url,
             'OM_REFLECTION_STATE_MACHINE_ARN': state_machine_arn,
-            # The key's location, never the key: functions read it from Secrets Manager at init.
-            'OM_GEMINI_SECRET_ARN': self.gemini_secret.secret_arn,
+            **models,
             'OM_REQUEST_TIME_BUDGET_S': str(REQUEST_TIME_BUDGET_S),
             'OM_AUTH_MODE': self.settings.auth.mode,
             'OM_AUTH_CLAIM': self.settings.auth.claim,
@@ -208,8 +258,35 @@ class OmStack(Stack):
         self.table.grant_data_access(function.role)
         self.bucket.grant_data_access(function.role)
         self.work_queue.grant_submit(function.role)
-        self.gemini_secret.grant_read(function.role)
+        self._grant_models(function, self.model_access[spec.construct_id])
         return function
+
+    def _grant_models(self, function: ServiceFunction, access: ModelAccess) -> None:
+        """Exactly the model access this function's roles need (infra/model_access.py)."""
+        if access.bedrock:
+            function.role.add_to_policy(
+                iam.PolicyStatement(actions=list(BEDROCK_INVOKE_ACTIONS), resources=list(access.bedrock))
+            )
+        for profile, models in access.bedrock_via_profile.items():
+            function.role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=list(BEDROCK_INVOKE_ACTIONS),
+                    resources=list(models),
+                    conditions={'StringEquals': {INFERENCE_PROFILE_CONDITION: profile}},
+                )
+            )
+            for model in models:
+                acknowledge(
+                    function.role,
+                    'IAM5',
+                    'An inference profile routes to its foundation model in regions that change over time; the '
+                    f'region wildcard is fenced by {INFERENCE_PROFILE_CONDITION} = this one profile.',
+                    finding=f'Resource::{nag_text(self, model)}',
+                )
+        if 'google' in access.secrets and self.gemini_secret is not None:
+            self.gemini_secret.grant_read(function.role)
+        if 'openai' in access.secrets and self.openai_secret is not None:
+            self.openai_secret.grant_read(function.role)
 
     def _build_outputs(self) -> None:
         outputs = {
@@ -221,8 +298,11 @@ class OmStack(Stack):
             OUTPUT_WORK_QUEUE_URL: (self.work_queue.queue.queue_url, 'SQS FIFO work queue'),
             OUTPUT_DEAD_LETTER_QUEUE_URL: (self.work_queue.dead_letter_queue.queue_url, 'Dead-letter queue'),
             OUTPUT_STATE_MACHINE_ARN: (self.workflow.state_machine.state_machine_arn, 'Reflection workflow'),
-            OUTPUT_GEMINI_SECRET_ARN: (self.gemini_secret.secret_arn, 'Secret holding the Gemini API key'),
             OUTPUT_ALARM_TOPIC_ARN: (self.alarms.topic.topic_arn, 'SNS topic of the alarms'),
         }
+        if self.gemini_secret is not None:
+            outputs[OUTPUT_GEMINI_SECRET_ARN] = (self.gemini_secret.secret_arn, 'Secret holding the Gemini API key')
+        if self.openai_secret is not None:
+            outputs[OUTPUT_OPENAI_SECRET_ARN] = (self.openai_secret.secret_arn, 'Secret holding the OpenAI API key')
         for logical_id, (value, description) in outputs.items():
             CfnOutput(self, logical_id, value=value, description=description).override_logical_id(logical_id)

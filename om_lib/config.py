@@ -535,6 +535,11 @@ class ResolvedOMConfig:
             roles['title'] = model_refs(self.title_generation.model)
         return roles
 
+    @property
+    def semantic_search(self) -> bool:
+        """Semantic search is on (`retrieval.vector` or `semanticRecall`), so messages are embedded."""
+        return (self.retrieval is not None and self.retrieval.vector) or self.semantic_recall is not None
+
     def max_message_threshold(self) -> int:
         """The largest observation threshold (`getMaxThreshold(messageTokens)`)."""
         return get_max_threshold(self.message_tokens)

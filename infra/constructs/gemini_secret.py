@@ -13,16 +13,24 @@ from infra.constructs.nag import acknowledge
 
 # Secrets Manager appends six random characters to a secret's name in its ARN.
 _COMPLETE_ARN = re.compile(r'^arn:[^:]+:secretsmanager:[^:]*:\d*:secret:.+-[A-Za-z0-9]{6}$')
-PLACEHOLDER = 'Set it with: aws secretsmanager put-secret-value --secret-id <GeminiSecretArn> --secret-string <key>'
+PLACEHOLDER = 'Set it with: aws secretsmanager put-secret-value --secret-id <{output}> --secret-string <key>'
 
 
 class GeminiSecret(Construct):
     """A new secret holding a placeholder the operator replaces, or an existing one imported by ARN or name."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, secret_arn: str | None = None, secret_name: str | None = None
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        secret_arn: str | None = None,
+        secret_name: str | None = None,
+        provider: str = 'Gemini',
     ) -> None:
+        """A model provider's API key (`provider`: Gemini by default; the OpenAI key uses the same construct)."""
         super().__init__(scope, construct_id)
+        self.provider = provider
         self.created = not (secret_arn or secret_name)
         self.secret: secretsmanager.ISecret
         if secret_arn and _COMPLETE_ARN.match(secret_arn):
@@ -35,20 +43,22 @@ class GeminiSecret(Construct):
             self.secret = secretsmanager.Secret(
                 self,
                 'Secret',
-                description=f'Gemini API key of the observational memory service. {PLACEHOLDER}',
+                description=f'{provider} API key of the observational memory service. '
+                + PLACEHOLDER.format(output=f'{provider}SecretArn'),
                 # A random placeholder until the operator puts the real key: nothing secret is ever in the template.
                 generate_secret_string=secretsmanager.SecretStringGenerator(exclude_punctuation=True),
             )
             acknowledge(
                 self.secret,
                 'SMG4',
-                'A third-party (Gemini) API key: a rotation Lambda cannot mint one. Rotate it in Google AI Studio and '
-                'put the new value here; functions re-read the secret every 5 minutes.',
+                f'A third-party ({provider}) API key: a rotation Lambda cannot mint one. Rotate it with the '
+                'provider (Google AI Studio, the OpenAI dashboard) and put the new value here; functions re-read it '
+                'every 5 minutes.',
             )
 
     @property
     def secret_arn(self) -> str:
-        """The ARN the functions read the key by (OM_GEMINI_SECRET_ARN)."""
+        """The ARN the functions read the key by (OM_GEMINI_SECRET_ARN / OM_OPENAI_SECRET_ARN)."""
         return self.secret.secret_arn
 
     def grant_read(self, grantee: iam.IGrantable) -> None:
