@@ -14,7 +14,6 @@ the request was SigV4-signed). Errors carry the `X-Amzn-ErrorType` header botoco
 from __future__ import annotations
 
 import base64
-import itertools
 import json
 import re
 import threading
@@ -230,7 +229,6 @@ class FakeBedrock:
         self.embed_handler = embed_handler
         self._state = _State()
         self._lock = threading.Lock()
-        self._ids = itertools.count(1)
         self._stopping = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
