@@ -36,6 +36,7 @@ CONFIG: dict[str, Any] = {
     'reflection': {'observationTokens': 300},
     'actorModel': f'bedrock/{CLAUDE}',
     'retrieval': {'vector': True},
+    'semanticRecall': {'topK': 1, 'messageRange': 0},
 }
 
 
@@ -194,24 +195,30 @@ def test_the_recall_tool_round_trips_through_converse_on_titan_vectors(
 
     # When the Actor asks the recall tool to search, then answers
     bedrock.script(CLAUDE, ConverseReply.tool_use(('recall', {'mode': 'search', 'query': 'dog shelter'})))
-    body = chat(api, 'travel', 'What pet did I get?')
+    body = chat(api, 'travel', 'Which dog from the shelter did I adopt?')
 
-    # Then the tool ran here and its result went back to Claude in a toolResult paired with the toolUse
+    # Then semantic recall had already put the earlier message in Claude's system prompt (Titan-embedded query)
+    first = converse_to(bedrock, CLAUDE)[-2]
+    assert '<semantic-recall>' in first.system_text and 'small dog from the shelter' in first.system_text
+
+    # And the tool ran here and its result went back to Claude in a toolResult paired with the toolUse
     assert reply_text(body) == BEDROCK_REPLY
     second = converse_to(bedrock, CLAUDE)[-1]
     (use,) = second.blocks('toolUse')
     (result,) = second.tool_results
     assert use['toolUseId'] == result['toolUseId']
-    # (the search ran on Titan vectors: the shared words put the dog first, above everything else said)
+    # (the search ran on Titan vectors: the shared words find the dog in the other thread, as its best match there)
     lines = json.loads(result['content'][0]['text'])['results'].splitlines()
-    assert lines[1] == 'threadId: pets' and lines[2].endswith('I adopted a small dog from the shelter last spring')
+    pets = lines.index('threadId: pets')
+    assert lines[pets + 1].endswith('I adopted a small dog from the shelter last spring')
     status, page = api.get('/threads/travel/messages?resourceId=br')
     assert status == 200
     assert [m['role'] for m in page['messages']] == ['user', 'assistant', 'tool', 'assistant']
 
     # And semantic search over HTTP finds the message through Titan vectors
     status, found = api.post(
-        '/threads/pets/messages/query', {'resourceId': 'br', 'perPage': 0, 'vectorSearchString': 'shelter dog'}
+        '/threads/pets/messages/query',
+        {'resourceId': 'br', 'perPage': 0, 'vectorSearchString': 'small dog adopted last spring'},
     )
     assert status == 200, found
     assert 'I adopted a small dog from the shelter last spring' in [text_of(m) for m in found['messages']]
