@@ -321,3 +321,21 @@ def test_importing_the_adapters_imports_no_sdk() -> None:
         'om_lib.adapters.openai_embedder; sys.exit(any(m in sys.modules for m in ("boto3", "openai")))'
     )
     assert subprocess.run([sys.executable, '-c', code], check=False).returncode == 0
+
+
+def test_a_bedrock_profile_signs_bedrock_calls_only_and_skips_the_emulator_endpoint(
+    server: FakeBedrock, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    # Given the local stack's situation: emulator credentials and endpoint in the environment, a real profile on disk
+    config = tmp_path / 'config'
+    config.write_text('[profile bedrock-dev]\naws_access_key_id = AKIABEDROCKDEV\naws_secret_access_key = s\n')
+    monkeypatch.setenv('AWS_CONFIG_FILE', str(config))
+
+    # When Bedrock is given the profile and its own endpoint, the call is signed with the profile's key
+    BedrockLanguageModel(profile_name='bedrock-dev').generate(NOVA, request(), timeout_s=10)
+    assert 'Credential=AKIABEDROCKDEV/' in server.converse_requests[0].headers['authorization']
+
+    # And without a Bedrock endpoint it goes to Bedrock's own, never to the emulator's AWS_ENDPOINT_URL
+    monkeypatch.delenv('AWS_ENDPOINT_URL_BEDROCK_RUNTIME')
+    client = BedrockLanguageModel(profile_name='bedrock-dev').client()
+    assert client.meta.endpoint_url == 'https://bedrock-runtime.us-east-1.amazonaws.com'
