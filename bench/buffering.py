@@ -18,7 +18,6 @@ then the user's next message after the rest of `--turn-period`. A step "waited" 
 from __future__ import annotations
 
 import argparse
-import heapq
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.sim import SimWork  # noqa: E402
 from om_lib.adapters.memory_store import InMemoryStore  # noqa: E402
 from om_lib.adapters.tiktoken_counter import get_tokenizer  # noqa: E402
 from om_lib.clock import ManualClock  # noqa: E402
@@ -36,7 +36,6 @@ from om_lib.llm import ModelRequest, ModelResponse  # noqa: E402
 from om_lib.messages import Message  # noqa: E402
 from om_lib.model_router import ModelRouter  # noqa: E402
 from om_lib.tokens import TokenCounter  # noqa: E402
-from om_lib.work import Job  # noqa: E402
 
 ACTOR_LATENCY_S = 4.0
 VOCAB = (
@@ -81,33 +80,6 @@ class SimModel:
         )
 
 
-@dataclass(order=True)
-class _Event:
-    at: float
-    order: int
-    job: Job = field(compare=False)
-
-
-class SimWork:
-    """One worker for the thread's FIFO group: jobs run in order, each taking one model latency."""
-
-    def __init__(self, clock: ManualClock, latency_s: float) -> None:
-        self.clock = clock
-        self.latency_s = latency_s
-        self.free_at = 0.0
-        self.events: list[_Event] = []
-        self.n = 0
-        self.jobs = 0
-
-    def submit(self, job: Job) -> None:
-        now = self.clock.monotonic()
-        start = max(now, self.free_at)
-        self.free_at = start + self.latency_s
-        self.n += 1
-        self.jobs += 1
-        heapq.heappush(self.events, _Event(self.free_at, self.n, job))
-
-
 @dataclass
 class Figures:
     name: str
@@ -139,7 +111,7 @@ def run(
 
     store.put_record, store.put_generation = counted(real_put), counted(real_put_generation)
     model = SimModel(clock, latency)
-    work = SimWork(clock, latency)
+    work = SimWork(clock, latency_s=latency)
     router = ModelRouter({'google': model}, clock=clock, sleep=clock.advance)
     engine = MemoryEngine(
         OMConfig.model_validate(
@@ -156,22 +128,9 @@ def run(
         work=work if queue else None,
         time_budget_s=20.0,
     )
+    work.engine = engine
     start = clock.monotonic()
-
-    def run_due(until: float) -> None:
-        while work.events and work.events[0].at <= until:
-            event = heapq.heappop(work.events)
-            clock.advance(max(0.0, event.at - clock.monotonic()))
-            if event.job.kind == 'reflect':
-                # The reflection workflow: check → reflect → validate → commit, as the Step Functions tasks run it.
-                owner = f'sim-{event.order}'
-                if engine.workflow_check(event.job, owner).get('due'):
-                    if engine.workflow_reflect(event.job, owner).get('outcome') == 'reflected':
-                        engine.workflow_validate(event.job, owner)
-                        engine.workflow_commit(event.job, owner)
-            else:
-                engine.run_job(event.job)
-        clock.advance(max(0.0, until - clock.monotonic()))
+    run_due = work.run_until
 
     for n in range(steps):
         run_due(start + n * period)

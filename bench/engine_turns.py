@@ -23,17 +23,17 @@ Observer or Reflector calls, and no more OM input or output tokens, than the ref
 from __future__ import annotations
 
 import argparse
-import heapq
 import statistics
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.sim import SimWork, run_workflow  # noqa: E402
 from om_lib.adapters.gemini_model import GeminiLanguageModel  # noqa: E402
 from om_lib.adapters.memory_store import InMemoryStore  # noqa: E402
 from om_lib.adapters.tiktoken_counter import get_tokenizer  # noqa: E402
@@ -185,11 +185,7 @@ class InlineWork:
         while self.pending:
             job = self.pending.pop(0)
             if job.kind == 'reflect':
-                owner = f'bench-{id(job)}'
-                if self.engine.workflow_check(job, owner).get('due'):
-                    if self.engine.workflow_reflect(job, owner).get('outcome') == 'reflected':
-                        self.engine.workflow_validate(job, owner)
-                        self.engine.workflow_commit(job, owner)
+                run_workflow(self.engine, job, f'bench-{id(job)}')
             else:
                 self.engine.run_job(job)
 
@@ -258,35 +254,11 @@ class SimModel:
         return ModelResponse(text=text, model=model_id)
 
 
-@dataclass(order=True)
-class _Event:
-    at: float
-    order: int
-    job: Job = field(compare=False)
-
-
-class SimWork:
-    """One worker for the thread's FIFO group: jobs run in order, each taking one model latency."""
-
-    def __init__(self, clock: ManualClock, latency_s: float) -> None:
-        self.clock = clock
-        self.latency_s = latency_s
-        self.free_at = 0.0
-        self.events: list[_Event] = []
-        self.n = 0
-
-    def submit(self, job: Job) -> None:
-        start = max(self.clock.monotonic(), self.free_at)
-        self.free_at = start + self.latency_s
-        self.n += 1
-        heapq.heappush(self.events, _Event(self.free_at, self.n, job))
-
-
 def model_work(config: dict[str, Any], turns: list[tuple[str, str]], latency: float) -> dict[str, Any]:
     clock = ManualClock()
     counter = TokenCounter(get_tokenizer())
     model = SimModel(clock, latency, counter)
-    work = SimWork(clock, latency)
+    work = SimWork(clock, latency_s=latency)
     engine = MemoryEngine(
         OMConfig.model_validate(config),
         store=InMemoryStore(),
@@ -296,20 +268,8 @@ def model_work(config: dict[str, Any], turns: list[tuple[str, str]], latency: fl
         work=work,
         sleep=clock.advance,
     )
-
-    def run_due(until: float) -> None:
-        while work.events and work.events[0].at <= until:
-            event = heapq.heappop(work.events)
-            clock.advance(max(0.0, event.at - clock.monotonic()))
-            if event.job.kind == 'reflect':
-                owner = f'sim-{event.order}'
-                if engine.workflow_check(event.job, owner).get('due'):
-                    if engine.workflow_reflect(event.job, owner).get('outcome') == 'reflected':
-                        engine.workflow_validate(event.job, owner)
-                        engine.workflow_commit(event.job, owner)
-            else:
-                engine.run_job(event.job)
-        clock.advance(max(0.0, until - clock.monotonic()))
+    work.engine = engine
+    run_due = work.run_until
 
     waited, peak = 0, 0.0
     start = clock.monotonic()

@@ -1,21 +1,38 @@
-"""The one Powertools Logger and Metrics pair every handler shares (no Tracer: its import costs 0.1-0.45 s).
+"""The one Powertools Logger, Metrics and Tracer every handler shares, and the business metrics derived from parts.
 
-Business metrics are emitted from handlers only, derived from the `data-om-*` parts the engine returns.
+Business metrics are emitted from handlers only, derived from the `data-om-*` parts the engine returns (and, for the
+reflection workflow, from its tasks' results). Failures are counted per `reason` (CONTRACT §2), a dimension, so the
+alarms can tell a broken model (`error`, `timeout`) from the system working as designed (`deferred`, `conflict`, ...).
+
+Tracing: X-Ray active tracing (the deployed functions) records each invocation; the Tracer adds a subsegment per AWS
+call and per Gemini request. The X-Ray SDK's import and patching (~40 ms in Lambda) happen on the first traced
+invocation, not at import (and during a SnapStart init, where they cost no request anything: `warm_tracing`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
 import warnings
-from collections.abc import Iterable
-from typing import Any
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
-from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
 
 SERVICE = os.environ.get('POWERTOOLS_SERVICE_NAME', 'observational-memory')
 NAMESPACE = 'ObservationalMemory'
+OBSERVATION_FAILURES = 'ObservationFailures'
+REFLECTION_FAILURES = 'ReflectionFailures'
+# What the tracer patches: every AWS call (botocore). Model calls get a subsegment at the adapter (`_patch_once`):
+# google-genai may run on httpx2, which the X-Ray SDK cannot patch.
+TRACED_MODULES = ('botocore',)
+
+Handler = TypeVar('Handler', bound=Callable[..., Any])
 
 
 class _EmfProvider(AmazonCloudWatchEMFProvider):
@@ -33,26 +50,138 @@ class _EmfProvider(AmazonCloudWatchEMFProvider):
 
 logger = Logger(service=SERVICE)
 metrics = Metrics(provider=_EmfProvider(namespace=NAMESPACE, service=SERVICE))
+_patched = False
+_lock = threading.Lock()
+_TRUE = frozenset({'1', 'true', 'yes', 'on'})
 
 
-def record_parts_metrics(parts: Iterable[dict[str, Any]]) -> None:
+@functools.cache
+def tracer() -> Tracer | None:
+    """The Tracer where tracing is on (a Lambda runtime, POWERTOOLS_TRACE_DISABLED unset), else None.
+
+    Built on first use, not at import: a disabled Tracer still imports the X-Ray SDK, whose non-Lambda sampler builds
+    a botocore client (~0.15-0.4 s in every test and local-stack process for nothing).
+    """
+    if not os.environ.get('LAMBDA_TASK_ROOT') or os.environ.get('POWERTOOLS_TRACE_DISABLED', '').lower() in _TRUE:
+        return None
+    return Tracer(service=SERVICE, auto_patch=False)
+
+
+def _patch_once(active: Tracer) -> None:
+    global _patched
+    if _patched:
+        return
+    with _lock:
+        if not _patched:
+            active.patch(modules=TRACED_MODULES)
+            from om_lib.adapters.gemini_model import GeminiLanguageModel
+
+            trace_call = active.capture_method(capture_response=False)
+            GeminiLanguageModel.generate = trace_call(GeminiLanguageModel.generate)  # type: ignore[method-assign]
+            _patched = True
+
+
+def warm_tracing() -> None:
+    """Import the X-Ray SDK and patch the traced calls now (a SnapStart init: free for requests)."""
+    active = tracer()
+    if active is not None:
+        _patch_once(active)
+
+
+def traced(handler: Handler) -> Handler:
+    """Trace `handler` with Powertools' `capture_lambda_handler`, patching AWS and model calls on its first call.
+
+    Responses are never put in traces (they hold users' conversations); exceptions are, by type and message. Where
+    tracing is off the handler runs as is.
+    """
+    captured: list[Callable[..., Any]] = []
+
+    @functools.wraps(handler)
+    def wrapper(event: Any, context: Any) -> Any:
+        active = tracer()
+        if active is None:
+            return handler(event, context)
+        if not captured:
+            _patch_once(active)
+            captured.append(active.capture_lambda_handler(handler, capture_response=False))
+        return captured[0](event, context)
+
+    # Lets tests see the handler is traced under other decorators (functools.wraps copies __dict__ outwards).
+    wrapper.__dict__['om_traced'] = True
+    return wrapper  # type: ignore[return-value]
+
+
+def record_parts_metrics(parts: Iterable[Mapping[str, Any]]) -> None:
     """Count what the engine did in this request, from its `data-om-*` parts.
 
     `ModelCalls` counts Observer/Reflector cycles that started (one per cycle, retries inside it not included);
-    callers add the Actor's calls themselves.
+    callers add the Actor's calls themselves. Completed observations give `TokensObserved` (messages in) and
+    `ObservationTokens` (observations out), reflections `ReflectionInputTokens` / `ReflectionOutputTokens`, each
+    cycle its duration (mostly the model call). Failed cycles, synchronous or buffered, count in
+    `ObservationFailures` / `ReflectionFailures` with their `reason`.
     """
-    completed = tokens_observed = observation_tokens = model_calls = 0
+    totals: Counter[str] = Counter()
+    durations: list[tuple[str, int]] = []
+    failures: Counter[tuple[str, str]] = Counter()
     for part in parts:
         kind, data = part.get('type'), part.get('data') or {}
+        reflection = data.get('operationType') == 'reflection'
         if kind == 'data-om-observation-start':
-            model_calls += 1
+            totals['ModelCalls'] += 1
+        elif kind == 'data-om-observation-end' and reflection:
+            totals['ReflectionsCompleted'] += 1
+            totals['ReflectionInputTokens'] += int(data.get('tokensObserved') or 0)
+            totals['ReflectionOutputTokens'] += int(data.get('observationTokens') or 0)
+            durations.append(('ReflectionDurationMs', int(data.get('durationMs') or 0)))
         elif kind == 'data-om-observation-end':
-            completed += 1
-            tokens_observed += int(data.get('tokensObserved') or 0)
-            observation_tokens += int(data.get('observationTokens') or 0)
-    if model_calls:
-        metrics.add_metric(name='ModelCalls', unit=MetricUnit.Count, value=model_calls)
-    if completed:
-        metrics.add_metric(name='ObservationsCompleted', unit=MetricUnit.Count, value=completed)
-        metrics.add_metric(name='TokensObserved', unit=MetricUnit.Count, value=tokens_observed)
-        metrics.add_metric(name='ObservationTokens', unit=MetricUnit.Count, value=observation_tokens)
+            totals['ObservationsCompleted'] += 1
+            totals['TokensObserved'] += int(data.get('tokensObserved') or 0)
+            totals['ObservationTokens'] += int(data.get('observationTokens') or 0)
+            durations.append(('ObservationDurationMs', int(data.get('durationMs') or 0)))
+        elif kind in ('data-om-observation-failed', 'data-om-buffering-failed'):
+            name = REFLECTION_FAILURES if reflection else OBSERVATION_FAILURES
+            failures[(name, str(data.get('reason') or 'error'))] += 1
+    for name, value in totals.items():
+        if value:
+            metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    for name, value in durations:
+        metrics.add_metric(name=name, unit=MetricUnit.Milliseconds, value=value)
+    for (name, reason), count in failures.items():
+        record_failure(name, reason, count)
+
+
+def record_failure(name: str, reason: str, count: int = 1) -> None:
+    """`count` failures of `name` (ObservationFailures / ReflectionFailures) with dimensions `service` and `reason`.
+
+    Its own EMF document (a reason is a dimension of this metric only, not of the request's other metrics).
+    """
+    _single(name, count, {'service': SERVICE, 'reason': reason})
+
+
+def _single(name: str, value: float, dimensions: dict[str, str]) -> None:
+    # single_metric prints at once and ignores POWERTOOLS_METRICS_DISABLED; the shared Metrics honours it.
+    if is_metrics_disabled():
+        return
+    with single_metric(
+        name=name, unit=MetricUnit.Count, value=value, namespace=NAMESPACE, default_dimensions=dimensions
+    ):
+        pass
+
+
+# The workflow's failure path receives the name of the error that sent it there (the ASL's Catch).
+_WORKFLOW_FAILURE_REASONS = {
+    'DeadlineExceededError': 'timeout',
+    'States.Timeout': 'timeout',
+    'States.HeartbeatTimeout': 'timeout',
+    'ReflectionRejectedError': 'rejected',
+}
+
+
+def record_workflow_metrics(task: str, result: Mapping[str, Any], error: str | None = None) -> None:
+    """Reflection workflow outcomes: a committed generation, a log that would not shrink, a run that failed."""
+    if task == 'commit' and result.get('outcome') == 'committed':
+        _single('ReflectionsCompleted', 1, {'service': SERVICE})
+    elif task == 'reflect' and result.get('outcome') == 'not_smaller':
+        record_failure(REFLECTION_FAILURES, 'not_smaller')
+    elif task == 'release':
+        record_failure(REFLECTION_FAILURES, _WORKFLOW_FAILURE_REASONS.get(error or '', 'error'))

@@ -42,6 +42,9 @@ class ServiceSettings(BaseModel):
 
     OM_TABLE_NAME: str = Field(description='The DynamoDB memory table.')
     OM_BUCKET_NAME: str = Field(description='The S3 bucket for offloaded values and attachments.')
+    OM_BUCKET_KMS_KEY_ARN: str | None = Field(
+        default=None, description="The bucket's KMS key (deployed stacks): objects are written with SSE-KMS under it."
+    )
     OM_WORK_QUEUE_URL: str | None = Field(default=None, description='SQS work queue for background observation.')
     OM_REFLECTION_STATE_MACHINE_ARN: str | None = Field(default=None, description='The reflection workflow.')
     OM_GEMINI_SECRET_ARN: str | None = Field(
@@ -57,6 +60,12 @@ class ServiceSettings(BaseModel):
     )
     OM_REQUEST_TIME_BUDGET_S: float = Field(
         default=20.0, gt=0, le=28, description='Time a request may spend on models; API Gateway stops at ~29 s.'
+    )
+    OM_LEASE_TTL_S: float = Field(
+        default=60.0,
+        gt=0,
+        le=900,
+        description='How long a lease lasts unless its holder renews it (about one model call).',
     )
     OM_AUTH_MODE: Literal['iam', 'jwt', 'none'] = Field(default='iam', description='How callers are identified.')
     OM_AUTH_CLAIM: str = Field(default='sub', description='JWT claim that must equal resourceId (OM_AUTH_MODE=jwt).')
@@ -99,6 +108,8 @@ def store() -> DynamoMemoryStore:
     from om_lib.adapters.dynamodb_store import DynamoMemoryStore
 
     s = settings()
+    if s.OM_BUCKET_KMS_KEY_ARN:
+        return DynamoMemoryStore(s.OM_TABLE_NAME, s.OM_BUCKET_NAME, sse='aws:kms', kms_key_id=s.OM_BUCKET_KMS_KEY_ARN)
     return DynamoMemoryStore(s.OM_TABLE_NAME, s.OM_BUCKET_NAME)
 
 
@@ -238,6 +249,7 @@ def engine() -> MemoryEngine:
         blobs=S3BlobReader(s.OM_BUCKET_NAME),
         time_budget_s=s.OM_REQUEST_TIME_BUDGET_S,
         work=background_work(),
+        lease_ttl_s=s.OM_LEASE_TTL_S,
     )
 
 
@@ -383,6 +395,10 @@ def init(*, tokenizer: bool | None = True, models: bool | None = None) -> None:
         preload()
     if models or (models is None and warm_all):
         _warm_models()
+    if warm_all:
+        from functions._observability import warm_tracing
+
+        warm_tracing()
 
 
 def reset() -> None:

@@ -9,6 +9,7 @@ Context (all optional):
     geminiSecretArn an existing Secrets Manager secret with the Gemini key (or geminiSecretName); default: a new secret
                     (only when a google/ model is configured)
     openaiSecretArn the same for the OpenAI (or gateway) key (or openaiSecretName); only when an openai/ model is
+                    configured
     openaiBaseUrl   OPENAI_BASE_URL of the functions: an OpenAI-compatible gateway (Azure OpenAI v1, LiteLLM, vLLM ...)
     embeddingModel  OM_EMBEDDING_MODEL (google/gemini-embedding-001 unless set; bedrock/amazon.titan-embed-text-v2:0,
                     openai/text-embedding-3-small ...) and embeddingDimensions OM_EMBEDDING_DIMENSIONS
@@ -17,6 +18,13 @@ Context (all optional):
     apiRateLimit / apiBurstLimit   API throttling (default 50 requests/s, burst 100)
     alarmEmail      subscribe this address to the alarm topic
     nag             false to skip the cdk-nag AwsSolutions checks
+    removalPolicy   retain (default: key, table, bucket and logs outlive the stack) | destroy (throwaway stacks)
+    wafRateLimit    WAF per-IP limit, requests per 5 minutes (default 6000)
+    wafBlockBodyRules  true: the managed WAF rules that inspect bodies block instead of count (see api_firewall.py)
+    apiKeys         comma-separated client names: a usage plan with one API key each, required on every method
+    reservedConcurrency  false: no reserved concurrency (accounts whose concurrency quota cannot spare it)
+    deployRoleArn   the role CloudFormation deploys with (default: the CDK bootstrap's execution role)
+    operatorRoleArns  comma-separated role ARNs that may put the model API keys and redrive the dead-letter queue
 """
 
 from __future__ import annotations
@@ -66,7 +74,9 @@ from infra.constants import (  # noqa: E402
     AUTH_MODES,
     DEFAULT_AUTH_CLAIM,
     DEFAULT_STAGE,
+    REMOVAL_POLICIES,
     STACK_NAME_PREFIX,
+    WAF_RATE_LIMIT_PER_5_MIN,
 )
 from infra.constructs import ApiAuth  # noqa: E402
 from infra.om_stack import OmStack, StackSettings, validate_om_config  # noqa: E402
@@ -75,6 +85,10 @@ from om_lib.embedders import DEFAULT_EMBEDDING_DIMENSIONS  # noqa: E402
 from om_lib.errors import ConfigError  # noqa: E402
 
 _STAGE = re.compile(r'^[A-Za-z][A-Za-z0-9-]{0,19}$')
+_API_KEY_NAME = re.compile(r'^[A-Za-z][A-Za-z0-9-]{0,39}$')
+_ROLE_ARN = re.compile(r'^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$')
+# WAF's rate-based rules accept 10 to 2,000,000,000 requests per window.
+_WAF_RATE_RANGE = (10, 2_000_000_000)
 
 
 class SettingsError(ValueError):
@@ -136,6 +150,25 @@ def settings_from_context(context: Mapping[str, Any]) -> StackSettings:
     secret_arn, secret_name = _secret(context, 'gemini')
     openai_arn, openai_name = _secret(context, 'openai')
     embedding_model, embedding_dimensions = _embedding(context)
+    removal = str(context.get('removalPolicy') or 'retain').lower()
+    if removal not in REMOVAL_POLICIES:
+        raise SettingsError(f'removalPolicy must be one of {", ".join(REMOVAL_POLICIES)}, got {removal!r}')
+    waf_rate = int(_number(context.get('wafRateLimit', WAF_RATE_LIMIT_PER_5_MIN), 'wafRateLimit'))
+    if not _WAF_RATE_RANGE[0] <= waf_rate <= _WAF_RATE_RANGE[1]:
+        raise SettingsError(
+            f'wafRateLimit must be between {_WAF_RATE_RANGE[0]} and {_WAF_RATE_RANGE[1]}, got {waf_rate}'
+        )
+    api_keys = _names(context.get('apiKeys'))
+    bad_keys = [name for name in api_keys if not _API_KEY_NAME.match(name)]
+    if bad_keys or len(set(api_keys)) != len(api_keys):
+        raise SettingsError(
+            f'apiKeys must be distinct names (a letter, then up to 39 letters, digits or dashes), got {api_keys!r}'
+        )
+    operators = _names(context.get('operatorRoleArns'))
+    deploy_role = str(context['deployRoleArn']) if context.get('deployRoleArn') else None
+    for key, arn in [('deployRoleArn', deploy_role), *(('operatorRoleArns', a) for a in operators)]:
+        if arn is not None and not _ROLE_ARN.match(arn):
+            raise SettingsError(f'{key} must be IAM role ARNs (arn:aws:iam::<account>:role/<name>), got {arn!r}')
     return StackSettings(
         om_config=config,
         auth=auth,
@@ -151,6 +184,13 @@ def settings_from_context(context: Mapping[str, Any]) -> StackSettings:
         api_rate_limit=_number(context.get('apiRateLimit', API_RATE_LIMIT), 'apiRateLimit'),
         api_burst_limit=int(_number(context.get('apiBurstLimit', API_BURST_LIMIT), 'apiBurstLimit')),
         alarm_email=str(context['alarmEmail']) if context.get('alarmEmail') else None,
+        removal_policy=removal,
+        waf_rate_limit=waf_rate,
+        waf_block_body_rules=_flag(context.get('wafBlockBodyRules', False), 'wafBlockBodyRules'),
+        api_keys=tuple(api_keys),
+        reserved_concurrency=_flag(context.get('reservedConcurrency', True), 'reservedConcurrency'),
+        deploy_role_arn=deploy_role,
+        operator_role_arns=tuple(operators),
     )
 
 
@@ -181,6 +221,14 @@ def _embedding(context: Mapping[str, Any]) -> tuple[str | None, int | None]:
     return (str(model) if model is not None else None), size
 
 
+def _names(value: Any) -> list[str]:
+    """A comma-separated context value (or a JSON list from cdk.json) as a list of stripped, non-empty names."""
+    if value is None or value == '':
+        return []
+    items = value if isinstance(value, list) else str(value).split(',')
+    return [str(item).strip() for item in items if str(item).strip()]
+
+
 _CONTEXT_KEYS = (
     'omConfig',
     'omConfigFile',
@@ -201,6 +249,13 @@ _CONTEXT_KEYS = (
     'apiBurstLimit',
     'alarmEmail',
     'nag',
+    'removalPolicy',
+    'wafRateLimit',
+    'wafBlockBodyRules',
+    'apiKeys',
+    'reservedConcurrency',
+    'deployRoleArn',
+    'operatorRoleArns',
 )
 
 

@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aws_cdk import Annotations, CfnOutput, Duration, Stack
-from aws_cdk import aws_iam as iam
+from aws_cdk import Annotations, CfnOutput, DefaultStackSynthesizer, Duration, Fn, RemovalPolicy, Stack
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
 from constructs import Construct
@@ -30,41 +29,40 @@ from infra.constants import (
     OUTPUT_API_URL,
     OUTPUT_AUTH_MODE,
     OUTPUT_BUCKET_NAME,
+    OUTPUT_DASHBOARD_NAME,
     OUTPUT_DEAD_LETTER_QUEUE_URL,
     OUTPUT_GEMINI_SECRET_ARN,
+    OUTPUT_KEY_ARN,
     OUTPUT_OPENAI_SECRET_ARN,
     OUTPUT_STATE_MACHINE_ARN,
     OUTPUT_TABLE_NAME,
+    OUTPUT_USAGE_PLAN_ID,
+    OUTPUT_WEB_ACL_ARN,
     OUTPUT_WORK_QUEUE_URL,
     QUEUE_BATCH_SIZE,
     QUEUE_MAX_CONCURRENCY,
     REFLECTION_FUNCTION,
     REQUEST_TIME_BUDGET_S,
     SWEEPER_FUNCTION,
+    WAF_RATE_LIMIT_PER_5_MIN,
     FunctionSpec,
 )
 from infra.constructs import (
     ApiAuth,
-    GeminiSecret,
     MemoryApi,
     MemoryBucket,
+    MemoryKey,
     MemoryTable,
+    ModelAccess,
     OperationalAlarms,
+    OperationsDashboard,
     ReflectionWorkflow,
     ServiceFunction,
     SweeperSchedule,
+    WatchedFunction,
     WorkQueue,
 )
-from infra.constructs.nag import acknowledge, nag_text
-from infra.model_access import (
-    BEDROCK_INVOKE_ACTIONS,
-    INFERENCE_PROFILE_CONDITION,
-    Arns,
-    ModelAccess,
-    function_access,
-)
 from om_lib.config import OMConfig, format_validation_error
-from om_lib.embedders import DEFAULT_EMBEDDING_MODEL
 from om_lib.errors import ConfigError
 
 # Lambda allows 4 KB of environment variables in total; the other variables take about 1 KB once resolved.
@@ -118,17 +116,30 @@ class StackSettings:
     gemini_secret_name: str | None = None
     openai_secret_arn: str | None = None
     openai_secret_name: str | None = None
+    # OPENAI_BASE_URL of the functions that call an openai/ model: an OpenAI-compatible gateway.
     openai_base_url: str | None = None
+    # OM_EMBEDDING_MODEL / OM_EMBEDDING_DIMENSIONS of the functions (unset: the functions' defaults).
     embedding_model: str | None = None
     embedding_dimensions: int | None = None
     asset_mode: str = 'full'
     api_rate_limit: float = API_RATE_LIMIT
     api_burst_limit: int = API_BURST_LIMIT
     alarm_email: str | None = None
+    # `retain` keeps the key, table, bucket and logs when the stack is deleted; `destroy` is for throwaway stacks.
+    removal_policy: str = 'retain'
+    waf_rate_limit: int = WAF_RATE_LIMIT_PER_5_MIN
+    waf_block_body_rules: bool = False
+    api_keys: tuple[str, ...] = ()
+    reserved_concurrency: bool = True
+    # The role CloudFormation deploys with (it creates the table and the secret with the key); default: the CDK
+    # bootstrap's execution role.
+    deploy_role_arn: str | None = None
+    operator_role_arns: tuple[str, ...] = ()
 
 
 class OmStack(Stack):
-    """The whole service: table, bucket, queues, secret, four functions, workflow, API, schedule, alarms."""
+    """The whole service: key, table, bucket, queues, model-key secrets, four functions, workflow, API + WAF, schedule,
+    alarms, dashboard."""
 
     def __init__(self, scope: Construct, construct_id: str, *, settings: StackSettings, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -136,53 +147,51 @@ class OmStack(Stack):
         self.om_config = validate_om_config(settings.om_config)
         self.asset = build_lambda_asset(settings.asset_mode)
         code = lambda_.Code.from_asset(str(self.asset.path))
+        removal = RemovalPolicy.DESTROY if settings.removal_policy == 'destroy' else RemovalPolicy.RETAIN
+        self.removal_policy = removal
 
-        self.table = MemoryTable(self, 'MemoryTable')
-        self.bucket = MemoryBucket(self, 'MemoryBucket')
+        self.key = MemoryKey(
+            self,
+            'MemoryKey',
+            removal_policy=removal,
+            deploy_role_arn=settings.deploy_role_arn or self._bootstrap_deploy_role_arn(),
+            operator_role_arns=settings.operator_role_arns,
+        )
+        self.table = MemoryTable(self, 'MemoryTable', key=self.key, removal_policy=removal)
+        self.bucket = MemoryBucket(self, 'MemoryBucket', key=self.key, removal_policy=removal)
         self.work_queue = WorkQueue(
-            self, 'WorkQueue', consumer_timeout=Duration.seconds(BUFFER_WORKER_FUNCTION.timeout_s)
+            self, 'WorkQueue', consumer_timeout=Duration.seconds(BUFFER_WORKER_FUNCTION.timeout_s), key=self.key
         )
-        # Model access per function, from the configuration: Bedrock grants, and an API-key secret only for a provider
-        # that some function calls (an all-Bedrock deployment has no secret at all).
-        self.model_access = function_access(
-            self.om_config.resolved(),
-            Arns(partition=self.partition, region=self.region, account=self.account),
-            embedding_model=settings.embedding_model or DEFAULT_EMBEDDING_MODEL,
-        )
-        keys = frozenset().union(*(access.secrets for access in self.model_access.values()))
-        self.gemini_secret = (
-            GeminiSecret(
-                self, 'GeminiSecret', secret_arn=settings.gemini_secret_arn, secret_name=settings.gemini_secret_name
-            )
-            if 'google' in keys
-            else None
-        )
-        self.openai_secret = (
-            GeminiSecret(
-                self,
-                'OpenAISecret',
-                secret_arn=settings.openai_secret_arn,
-                secret_name=settings.openai_secret_name,
-                provider='OpenAI',
-            )
-            if 'openai' in keys
-            else None
+        self.models = ModelAccess(
+            self,
+            'ModelAccess',
+            config=self.om_config,
+            key=self.key,
+            embedding_model=settings.embedding_model,
+            openai_base_url=settings.openai_base_url,
+            gemini_secret_arn=settings.gemini_secret_arn,
+            gemini_secret_name=settings.gemini_secret_name,
+            openai_secret_arn=settings.openai_secret_arn,
+            openai_secret_name=settings.openai_secret_name,
         )
         state_machine_name = f'{self.stack_name}-reflection'
-        environment = self._environment(ReflectionWorkflow.arn_for(self, state_machine_name))
+        self.state_machine_arn = ReflectionWorkflow.arn_for(self, state_machine_name)
 
         self.functions: dict[str, ServiceFunction] = {}
         for spec in ALL_FUNCTIONS:
-            self.functions[spec.construct_id] = self._build_function(spec, code, environment)
+            self.functions[spec.construct_id] = self._build_function(spec, code)
 
         self.workflow = ReflectionWorkflow(
             self,
             'ReflectionWorkflow',
             reflection_function=self.functions[REFLECTION_FUNCTION.construct_id].alias,
             state_machine_name=state_machine_name,
+            key=self.key,
+            removal_policy=removal,
         )
         for function in self.functions.values():
-            self.workflow.grant_start(function.role)
+            if function.spec.access.starts_reflections:
+                self.workflow.grant_start(function.role)
 
         buffer_worker = self.functions[BUFFER_WORKER_FUNCTION.construct_id]
         buffer_worker.alias.add_event_source(
@@ -201,92 +210,112 @@ class OmStack(Stack):
             stage_name=settings.stage,
             rate_limit=settings.api_rate_limit,
             burst_limit=settings.api_burst_limit,
+            key=self.key,
+            removal_policy=removal,
+            waf_rate_limit=settings.waf_rate_limit,
+            waf_block_body_rules=settings.waf_block_body_rules,
+            api_keys=settings.api_keys,
         )
         self.schedule = SweeperSchedule(
             self, 'SweeperSchedule', sweeper=self.functions[SWEEPER_FUNCTION.construct_id].alias
         )
+        watched = [
+            WatchedFunction(
+                name=spec_id.removesuffix('Function'),
+                function=f.function,
+                service=f.spec.service,
+                # Who emits which failure metric: observation and reflection cycles run in the API and the buffer
+                # worker; the workflow's failures are counted by the reflection function.
+                reports_observations='observer' in f.spec.access.model_roles,
+                reports_reflections='reflector' in f.spec.access.model_roles,
+            )
+            for spec_id, f in self.functions.items()
+        ]
         self.alarms = OperationalAlarms(
             self,
             'Alarms',
-            dead_letter_queue=self.work_queue.dead_letter_queue,
-            functions=[(spec_id.removesuffix('Function'), f.function) for spec_id, f in self.functions.items()],
+            key=self.key,
+            dead_letter_queues=self.work_queue.dead_letter_queues,
+            functions=watched,
             api=self.api.api,
             state_machine=self.workflow.state_machine,
             email=settings.alarm_email,
+        )
+        self.dashboard = OperationsDashboard(
+            self,
+            'Dashboard',
+            api=self.api.api,
+            functions=watched,
+            queue=self.work_queue.queue,
+            dead_letter_queues=self.work_queue.dead_letter_queues,
+            state_machine=self.workflow.state_machine,
         )
         if settings.auth.mode == 'none':
             Annotations.of(self).add_warning_v2(
                 'om:auth-none', 'authMode=none: the API is open to anyone who knows its URL (explicitly requested).'
             )
+        if removal == RemovalPolicy.DESTROY:
+            Annotations.of(self).add_warning_v2(
+                'om:removal-destroy',
+                'removalPolicy=destroy: deleting the stack deletes the table, the bucket, the logs and schedules the '
+                "key's deletion (a throwaway stack; never for users' data).",
+            )
         self._build_outputs()
 
-    def _environment(self, state_machine_arn: str) -> dict[str, str]:
-        models: dict[str, str] = {}
-        # The keys' locations, never the keys: functions read them from Secrets Manager on first use.
-        if self.gemini_secret is not None:
-            models['OM_GEMINI_SECRET_ARN'] = self.gemini_secret.secret_arn
-        if self.openai_secret is not None:
-            models['OM_OPENAI_SECRET_ARN'] = self.openai_secret.secret_arn
-        if self.settings.openai_base_url:
-            models['OPENAI_BASE_URL'] = self.settings.openai_base_url
+    def _bootstrap_deploy_role_arn(self) -> str:
+        synthesizer = self.synthesizer
+        if not isinstance(synthesizer, DefaultStackSynthesizer):
+            raise ValueError(
+                'the key policy names the role CloudFormation deploys with: pass -c deployRoleArn=<role ARN> '
+                '(this stack does not use the default CDK bootstrap roles)'
+            )
+        # `arn:${AWS::Partition}:iam::${AWS::AccountId}:role/cdk-<qualifier>-cfn-exec-role-...`
+        return Fn.sub(synthesizer.cloud_formation_execution_role_arn)
+
+    def _environment(self, spec: FunctionSpec) -> dict[str, str]:
+        # Model keys' secrets and OPENAI_BASE_URL are added by ModelAccess.grant, to the functions that call them.
+        embedding: dict[str, str] = {}
         if self.settings.embedding_model:
-            models['OM_EMBEDDING_MODEL'] = self.settings.embedding_model
+            embedding['OM_EMBEDDING_MODEL'] = self.settings.embedding_model
         if self.settings.embedding_dimensions:
-            models['OM_EMBEDDING_DIMENSIONS'] = str(self.settings.embedding_dimensions)
+            embedding['OM_EMBEDDING_DIMENSIONS'] = str(self.settings.embedding_dimensions)
         return {
+            **embedding,
             'OM_TABLE_NAME': self.table.table.table_name,
             'OM_BUCKET_NAME': self.bucket.bucket.bucket_name,
+            'OM_BUCKET_KMS_KEY_ARN': self.key.key_arn,
             'OM_WORK_QUEUE_URL': self.work_queue.queue.queue_url,
-            'OM_REFLECTION_STATE_MACHINE_ARN': state_machine_arn,
-            **models,
+            'OM_REFLECTION_STATE_MACHINE_ARN': self.state_machine_arn,
             'OM_REQUEST_TIME_BUDGET_S': str(REQUEST_TIME_BUDGET_S),
             'OM_AUTH_MODE': self.settings.auth.mode,
             'OM_AUTH_CLAIM': self.settings.auth.claim,
             'OM_CONFIG': config_json(self.om_config),
             'TIKTOKEN_CACHE_DIR': f'{LAMBDA_TASK_ROOT}/{ASSET_TIKTOKEN_DIR}',
             'POWERTOOLS_METRICS_NAMESPACE': METRICS_NAMESPACE,
+            'POWERTOOLS_SERVICE_NAME': spec.service,
         }
 
-    def _build_function(self, spec: FunctionSpec, code: lambda_.Code, environment: dict[str, str]) -> ServiceFunction:
+    def _build_function(self, spec: FunctionSpec, code: lambda_.Code) -> ServiceFunction:
+        """The function, with exactly the grants its `FunctionAccess` lists."""
         function = ServiceFunction(
             self,
             spec.construct_id,
             spec=spec,
             code=code,
-            environment={**environment, 'POWERTOOLS_SERVICE_NAME': spec.service},
+            environment=self._environment(spec),
+            key=self.key,
+            removal_policy=self.removal_policy,
+            reserved_concurrency=spec.reserved_concurrency if self.settings.reserved_concurrency else None,
         )
-        self.table.grant_data_access(function.role)
-        self.bucket.grant_data_access(function.role)
-        self.work_queue.grant_submit(function.role)
-        self._grant_models(function, self.model_access[spec.construct_id])
+        access, sid = spec.access, spec.construct_id
+        self.table.grant(function.role, access, sid=sid)
+        self.bucket.grant(function.role, access, sid=sid)
+        if access.sends_jobs:
+            self.work_queue.grant_submit(function.role, sid=sid)
+        if access.consumes_jobs:
+            self.work_queue.grant_consume(function.role, sid=sid)
+        self.models.grant(function, access.model_roles)
         return function
-
-    def _grant_models(self, function: ServiceFunction, access: ModelAccess) -> None:
-        """Exactly the model access this function's roles need (infra/model_access.py)."""
-        if access.bedrock:
-            function.role.add_to_policy(
-                iam.PolicyStatement(actions=list(BEDROCK_INVOKE_ACTIONS), resources=list(access.bedrock))
-            )
-        for profile, models in access.bedrock_via_profile.items():
-            function.role.add_to_policy(
-                iam.PolicyStatement(
-                    actions=list(BEDROCK_INVOKE_ACTIONS),
-                    resources=list(models),
-                    conditions={'StringEquals': {INFERENCE_PROFILE_CONDITION: profile}},
-                )
-            )
-            for model in models:
-                acknowledge(
-                    function.role,
-                    'IAM5',
-                    'An inference profile routes to its foundation model in regions that change over time; the '
-                    f'region wildcard is fenced by {INFERENCE_PROFILE_CONDITION} = this one profile.',
-                    finding=f'Resource::{nag_text(self, model)}',
-                )
-        if 'google' in access.secrets and self.gemini_secret is not None:
-            self.gemini_secret.grant_read(function.role)
-        if 'openai' in access.secrets and self.openai_secret is not None:
-            self.openai_secret.grant_read(function.role)
 
     def _build_outputs(self) -> None:
         outputs = {
@@ -298,11 +327,18 @@ class OmStack(Stack):
             OUTPUT_WORK_QUEUE_URL: (self.work_queue.queue.queue_url, 'SQS FIFO work queue'),
             OUTPUT_DEAD_LETTER_QUEUE_URL: (self.work_queue.dead_letter_queue.queue_url, 'Dead-letter queue'),
             OUTPUT_STATE_MACHINE_ARN: (self.workflow.state_machine.state_machine_arn, 'Reflection workflow'),
-            OUTPUT_ALARM_TOPIC_ARN: (self.alarms.topic.topic_arn, 'SNS topic of the alarms'),
+            OUTPUT_ALARM_TOPIC_ARN: (self.alarms.topic.topic_arn, 'SNS topic of the alarms (encrypted)'),
+            OUTPUT_KEY_ARN: (self.key.key_arn, "The KMS key encrypting the stack's data and logs"),
+            OUTPUT_WEB_ACL_ARN: (self.api.firewall.web_acl.attr_arn, 'WAF web ACL in front of the API stage'),
+            OUTPUT_DASHBOARD_NAME: (self.dashboard.dashboard.dashboard_name, 'CloudWatch dashboard'),
         }
-        if self.gemini_secret is not None:
-            outputs[OUTPUT_GEMINI_SECRET_ARN] = (self.gemini_secret.secret_arn, 'Secret holding the Gemini API key')
-        if self.openai_secret is not None:
-            outputs[OUTPUT_OPENAI_SECRET_ARN] = (self.openai_secret.secret_arn, 'Secret holding the OpenAI API key')
+        for output, secret in (
+            (OUTPUT_GEMINI_SECRET_ARN, self.models.gemini_secret),
+            (OUTPUT_OPENAI_SECRET_ARN, self.models.openai_secret),
+        ):
+            if secret is not None:
+                outputs[output] = (secret.secret_arn, f'Secret holding the {secret.provider} API key')
+        if self.api.usage_plan is not None:
+            outputs[OUTPUT_USAGE_PLAN_ID] = (self.api.usage_plan.usage_plan_id, 'Usage plan of the API keys')
         for logical_id, (value, description) in outputs.items():
             CfnOutput(self, logical_id, value=value, description=description).override_logical_id(logical_id)

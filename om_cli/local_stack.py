@@ -143,6 +143,51 @@ def _patched_invoke(
     return json.dumps(result).encode()
 
 
+class ApiServer(ThreadingHTTPServer):
+    """The API's HTTP server: a listen backlog for bursts of clients (socketserver's default of 5 resets the rest)."""
+
+    request_queue_size = 128
+    daemon_threads = True
+
+
+class SerialDynamoDB:
+    """WSGI middleware: one DynamoDB request at a time through the embedded moto server.
+
+    moto applies a request's conditions and writes without a lock, so two concurrent conditional writes to one item
+    can both succeed (duplicate sequence numbers; a listing that hides messages). Serialising DynamoDB's requests
+    makes each one atomic, which is all the store relies on (DynamoDB is linearizable per item). Only DynamoDB: the
+    reflection workflow's Lambda tasks run inside moto's Step Functions requests and call DynamoDB themselves, so a
+    lock over every request would deadlock.
+    """
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        self.app = app
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if not str(environ.get('HTTP_X_AMZ_TARGET', '')).startswith('DynamoDB_'):
+            return self.app(environ, start_response)
+        with self.lock:
+            # Read the whole answer inside the lock: the write it reports is then complete for everyone.
+            return [b''.join(self.app(environ, start_response))]
+
+
+def linearizable_moto_server() -> Any:
+    """The embedded moto server, with DynamoDB's requests serialised (`SerialDynamoDB`)."""
+    from moto.moto_server.werkzeug_app import MotoRequestHandler
+    from moto.server import DomainDispatcherApplication, ThreadedMotoServer, create_backend_app
+    from werkzeug.serving import make_server
+
+    class Server(ThreadedMotoServer):
+        def _server_entry(self) -> None:
+            app = SerialDynamoDB(DomainDispatcherApplication(create_backend_app))
+            self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
+    return Server(ip_address='127.0.0.1', port=0, verbose=False)
+
+
 def register_in_process_function(name: str, target: Callable[[dict[str, Any]], Any]) -> None:
     """Make moto's docker-less Lambda run `target(event)` for function `name` (installs the patch once)."""
     global _ORIGINAL_INVOKE
@@ -416,7 +461,7 @@ class LocalStack:
                     self._spawn('om-sweeper', self._sweep_forever)
             if self.http:
                 _ = self.api_handler  # import errors show at start, not on the first request
-                self._httpd = ThreadingHTTPServer((self.host, self.port), _http_handler_class(self))
+                self._httpd = ApiServer((self.host, self.port), _http_handler_class(self))
                 self._httpd.daemon_threads = True
                 self._spawn('om-http', self._httpd.serve_forever)
         except BaseException:
@@ -488,7 +533,6 @@ class LocalStack:
                     self._setenv(name, value)
             return
         from moto.core.config import default_user_config
-        from moto.server import ThreadedMotoServer
 
         # The embedded server is always fake: never send real credentials (or a profile's) to it.
         for name, value in FAKE_CREDENTIALS.items():
@@ -498,7 +542,7 @@ class LocalStack:
         # (CONTRACT §3): boto3 reads them for every client, ours and the functions'.
         logging.getLogger('werkzeug').setLevel(logging.WARNING)
         self._saved_moto_config = copy.deepcopy(default_user_config)
-        self._moto = ThreadedMotoServer(ip_address='127.0.0.1', port=0, verbose=False)
+        self._moto = linearizable_moto_server()
         self._moto.start()
         self.embedded = True
         host, port = self._moto.get_host_and_port()

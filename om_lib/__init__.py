@@ -1,7 +1,8 @@
 """Observational memory for LLM agents: the domain library (config, messages, tokens, Observer, Reflector, engine).
 
-`om_lib.OMConfig` is the configuration document (CONTRACT §1). It is resolved lazily, so importing a light submodule
-(say `om_lib.tokens`) does not pay for pydantic's models.
+`om_lib.OMConfig` is the configuration document (CONTRACT §1), `om_lib.MemoryEngine` the engine over your ports and
+`om_lib.MemoryService` the façade the API and workers call (steps, turns, chat, memory, history, threads). They are
+resolved lazily, so importing a light submodule (say `om_lib.tokens`) does not pay for pydantic's models.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from om_lib.config import OMConfig
     from om_lib.engine import MemoryEngine
+    from om_lib.service import MemoryService
 
-__all__ = ['MemoryEngine', 'OMConfig']
+__all__ = ['MemoryEngine', 'MemoryService', 'OMConfig']
 
 
 def __getattr__(name: str) -> Any:
@@ -24,4 +26,8 @@ def __getattr__(name: str) -> Any:
         from om_lib.engine import MemoryEngine
 
         return MemoryEngine
+    if name == 'MemoryService':
+        from om_lib.service import MemoryService
+
+        return MemoryService
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

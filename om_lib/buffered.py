@@ -72,7 +72,8 @@ class ObservationBuffering:
         if unobserved and not waiting_on_tool and s.block_after is not None and pending >= s.block_after:
             # Buffering could not keep up: observe synchronously, the last resort (spec §7.9, seed 000 blockAfter).
             before = unobserved
-            record = self.pipeline.observe(record, [backlog_of(thread.id, unobserved, rt)], deadline, parts)
+            backlog = backlog_of(thread.id, unobserved, rt)
+            record = self.pipeline.observe(record, [backlog], deadline, parts, due_at=int(s.block_after))
             thread = rt.store.get_thread(record.resource_id, thread.id) or thread
             unobserved = rt.load_after(record.resource_id, thread.id, record.cursor(thread.id))
             pending = rt.counter.count_messages(unobserved)

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from om_lib import actor_context as actor
 from om_lib.buffered import ObservationBuffering
@@ -29,7 +29,7 @@ from om_lib.model_router import ModelRouter
 from om_lib.observation import ObservationPipeline, ResourceStrategy, ThreadStrategy
 from om_lib.parts import CycleParts
 from om_lib.ports import BlobReader, Clock, MemoryStore
-from om_lib.record_writer import RecordWriter
+from om_lib.record_writer import DEFAULT_LEASE_TTL_S, RecordWriter
 from om_lib.records import OMRecord, record_key
 from om_lib.reflection import Reflection, ReflectionRejectedError
 from om_lib.resource_view import ResourceView
@@ -38,7 +38,11 @@ from om_lib.step import StepResult, Steps, TurnResult
 from om_lib.tokens import TokenCounter
 from om_lib.work import BackgroundWork, Job
 
-__all__ = ['MemoryEngine', 'ReflectionRejectedError', 'StepResult', 'TurnResult']
+__all__ = ['MemoryEngine', 'OmStatus', 'ReflectionRejectedError', 'StepResult', 'TurnResult']
+
+# How many kept failures `GET /memory` shows (`recentFailures`).
+RECENT_FAILURES = 20
+OmStatus = Literal['observed', 'buffered', 'unobserved']
 
 
 class MemoryEngine:
@@ -63,6 +67,7 @@ class MemoryEngine:
         id_factory: Callable[[], str] | None = None,
         work: BackgroundWork | None = None,
         sleep: Callable[[float], None] | None = None,
+        lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
     ) -> None:
         self.config = config
         self.settings: ResolvedOMConfig = config.resolved()
@@ -73,7 +78,7 @@ class MemoryEngine:
             router=router,
             counter=counter,
             clock=clock,
-            writer=RecordWriter(store, clock, new_id),
+            writer=RecordWriter(store, clock, new_id, lease_ttl_s=lease_ttl_s),
             new_id=new_id,
             blobs=blobs,
             work=work,
@@ -208,4 +213,34 @@ class MemoryEngine:
             'suggestedResponse': thread.suggested_response,
             'lastObservedAt': iso(record.last_observed_at) if record and record.last_observed_at else None,
             'buffered': actor.buffered_windows(rt, record, thread_id, pending).as_json(projection=False),
+            'recentFailures': [
+                {
+                    'operationType': f.operation_type,
+                    'reason': f.reason,
+                    'message': f.message,
+                    'at': iso(f.at),
+                    'threadId': f.thread_id,
+                    'background': f.background,
+                }
+                for f in rt.store.recent_failures(
+                    resource_id, thread_id if self.settings.scope == 'thread' else None, limit=RECENT_FAILURES
+                )
+            ],
         }
+
+    def message_statuses(self, resource_id: str, thread_id: str, messages: Sequence[Message]) -> list[OmStatus]:
+        """Where each message stands in memory: `observed` (at or before the thread's cursor), `buffered` (inside a
+        chunk waiting to activate) or `unobserved`."""
+        record = self.rt.store.get_record(record_key(self.settings.scope, resource_id, thread_id))
+        cursor = record.cursor(thread_id) if record else 0
+        chunks = [c for c in record.buffered_chunks if c.thread_id == thread_id] if record else []
+        out: list[OmStatus] = []
+        for message in messages:
+            seq = message.seq or 0
+            if seq and seq <= cursor:
+                out.append('observed')
+            elif any(c.start_seq <= seq <= c.end_seq for c in chunks):
+                out.append('buffered')
+            else:
+                out.append('unobserved')
+        return out

@@ -112,15 +112,32 @@ class ModelError(OMError):
 
 
 class ModelUnavailableError(ModelError):
-    """Transient: overloaded, rate-limited, 5xx, timeout, network. Worth a retry or a fallback model."""
+    """Transient: overloaded, rate-limited, 5xx, timeout, network, or the model's circuit breaker is open. Worth a
+    retry later or a fallback model. `retry_after_s` is the provider's `Retry-After` (or the breaker's wait)."""
 
     retryable = True
     code = 'model_unavailable'
 
-    def __init__(self, message: str, *, status_code: int | None = None, model: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        model: str | None = None,
+        retry_after_s: float | None = None,
+        circuit_open: bool = False,
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.model = model
+        self.retry_after_s = retry_after_s
+        self.circuit_open = circuit_open
+
+
+class ModelThrottledError(ModelUnavailableError):
+    """Transient: the provider's rate limit or quota (HTTP 429). The workflow waits longer before retrying these."""
+
+    code = 'model_throttled'
 
 
 class ModelOutputError(ModelError):

@@ -45,6 +45,11 @@ class Jobs:
     def run(self, job: Job, *, deadline: float | None = None) -> CycleParts:
         """Do one background job. Raises ThreadNotFoundError when its thread is gone (erased): a late job writes
         nothing."""
+        parts = self._run(job, deadline)
+        self.rt.remember_failures(job.resource_id, job.thread_id, parts)
+        return parts
+
+    def _run(self, job: Job, deadline: float | None) -> CycleParts:
         rt = self.rt
         limit = deadline if deadline is not None else rt.clock.monotonic() + WORKER_BUDGET_S
         if job.kind == 'title':
@@ -85,7 +90,8 @@ class Jobs:
             backlogs = self.resource.backlogs(record, resource_id, current=thread_id)
             if backlogs:
                 chosen = self.resource.strategy.select(list(backlogs.values()), None)
-                record = self.pipeline.observe(record, chosen, limit, parts, can_defer=False)
+                # Another holder's run is waited for, then what it left is observed: a job never just gives up.
+                record = self.pipeline.observe(record, chosen, limit, parts, can_defer=False, due_at=1)
             if reflect and self.reflection.due(record) and self.resource.reflection_may_start(resource_id, cycle_start):
                 record = self._reflect_or_hand_off(record, thread_id, limit, parts)
             return record, parts

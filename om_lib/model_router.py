@@ -1,4 +1,5 @@
-"""Runs a `ModelSpec` against the configured providers: tier choice, retries with backoff, fallbacks, one deadline.
+"""Runs a `ModelSpec` against the configured providers: tier choice, retries with backoff, fallbacks, one deadline,
+and a circuit breaker per model.
 
 Providers (`om_lib.ports.LanguageModel`) make exactly one attempt per call; every retry decision lives here, so a
 path's single deadline bounds all of them (the google-genai client's own retries are switched off in its adapter).
@@ -8,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from om_lib.errors import (
     DeadlineExceededError,
@@ -26,6 +28,91 @@ from om_lib.ports import Clock, LanguageModel
 logger = logging.getLogger(__name__)
 
 _TRANSIENT = (ModelUnavailableError, DeadlineExceededError)
+
+
+@dataclass
+class _Circuit:
+    failures: int = 0
+    open_until: float = 0.0
+    cooldown_s: float = 0.0
+    probing: bool = False
+
+
+class CircuitBreakers:
+    """One circuit breaker per model, for this process (a Lambda container, the local stack).
+
+    After `threshold` consecutive transient failures of a model (timeouts, 429, 5xx, unreachable), calls to it fail
+    at once for a cooldown: the provider's `Retry-After` when it sent one, else `base_cooldown_s`, doubling on every
+    failed trial up to `max_cooldown_s` (a long outage costs one trial call per 5 min at most). Then one call goes
+    through (half-open) while the others still fail fast: its success closes the circuit, its failure opens it again.
+
+    So during a brown-out a step answers at once, with its raw messages and a `model_unavailable` failure, instead of
+    paying every retry of a dead model; background work backs off through its queue or workflow and catches up when
+    the model is back. State is per process, not shared across Lambda containers: each container learns on its own
+    within `threshold` calls, which keeps the breaker off the table's write path.
+    """
+
+    def __init__(
+        self, clock: Clock, *, threshold: int = 3, base_cooldown_s: float = 5.0, max_cooldown_s: float = 300.0
+    ) -> None:
+        self._clock = clock
+        self.threshold = threshold
+        self.base_cooldown_s = base_cooldown_s
+        self.max_cooldown_s = max_cooldown_s
+        self._circuits: dict[str, _Circuit] = {}
+        self._lock = threading.Lock()
+
+    def admit(self, model: str) -> None:
+        """Let a call to `model` go through, or raise ModelUnavailableError at once while its circuit is open."""
+        now = self._clock.monotonic()
+        with self._lock:
+            circuit = self._circuits.get(model)
+            if circuit is None or circuit.failures < self.threshold:
+                return
+            if now >= circuit.open_until and not circuit.probing:
+                circuit.probing = True  # half-open: this call is the trial
+                return
+            wait = max(0.0, circuit.open_until - now)
+        raise ModelUnavailableError(
+            f'{model} is failing; not calling it for {wait:.0f} s more (circuit breaker open)',
+            model=model,
+            retry_after_s=wait or None,
+            circuit_open=True,
+        )
+
+    def succeeded(self, model: str) -> None:
+        """A usable answer (or a permanent refusal): the model is reachable again."""
+        with self._lock:
+            self._circuits.pop(model, None)
+
+    def failed(self, model: str, *, retry_after_s: float | None = None) -> None:
+        """A transient failure of `model`."""
+        now = self._clock.monotonic()
+        with self._lock:
+            circuit = self._circuits.setdefault(model, _Circuit())
+            circuit.failures += 1
+            if circuit.failures < self.threshold:
+                return
+            was_probing = circuit.probing
+            circuit.probing = False
+            if circuit.cooldown_s == 0.0:
+                circuit.cooldown_s = self.base_cooldown_s
+            elif was_probing:
+                circuit.cooldown_s = min(self.max_cooldown_s, circuit.cooldown_s * 2)
+            cooldown = max(circuit.cooldown_s, retry_after_s or 0.0)
+            circuit.open_until = now + cooldown
+            if circuit.failures == self.threshold or was_probing:
+                logger.warning('circuit open for a failing model', extra={'model': model, 'cooldown_s': cooldown})
+
+    def is_open(self, model: str) -> bool:
+        """Is the model's circuit open now (calls would fail at once)?"""
+        with self._lock:
+            circuit = self._circuits.get(model)
+            return (
+                circuit is not None
+                and circuit.failures >= self.threshold
+                and (self._clock.monotonic() < circuit.open_until or circuit.probing)
+            )
 
 
 class ModelRouter:
@@ -53,6 +140,7 @@ class ModelRouter:
         backoff_cap_s: float = 120.0,
         jitter: float = 0.2,
         rng: random.Random | None = None,
+        breakers: CircuitBreakers | None = None,
     ) -> None:
         """Create a router.
 
@@ -65,6 +153,7 @@ class ModelRouter:
             backoff_cap_s: Largest backoff delay before jitter.
             jitter: Relative jitter, 0.2 means ±20 %.
             rng: Random source for jitter (seed it in tests for determinism).
+            breakers: The per-model circuit breakers (default: three failures open a model's circuit for 5 s).
         """
         if default_max_retries < 0:
             raise ValueError('default_max_retries must be >= 0')
@@ -76,6 +165,7 @@ class ModelRouter:
         self._backoff_cap_s = backoff_cap_s
         self._jitter = jitter
         self._rng = rng or random.SystemRandom()
+        self.breakers = breakers or CircuitBreakers(clock)
 
     def generate(self, spec: ModelSpec, request: ModelRequest, *, input_tokens: int, deadline: float) -> ModelResponse:
         """Get a usable answer for `request` from the model(s) `spec` names.
@@ -138,14 +228,18 @@ class ModelRouter:
             remaining = deadline - self._clock.monotonic()
             if remaining <= 0:
                 raise _deadline_error(ref, last_error) from last_error
+            self.breakers.admit(ref.name)  # an open circuit fails here, at once: no retries, no sleeping
             try:
                 response = provider.generate(ref.model_id, request, timeout_s=remaining)
             except _TRANSIENT as exc:
                 _name_model(exc, ref)
                 last_error = exc
-                if transient_retries >= max_retries:
-                    raise
-                delay = self._backoff(transient_retries)
+                retry_after = exc.retry_after_s if isinstance(exc, ModelUnavailableError) else None
+                self.breakers.failed(ref.name, retry_after_s=retry_after)
+                if transient_retries >= max_retries or self.breakers.is_open(ref.name):
+                    raise  # out of retries, or this failure opened the model's circuit: no point sleeping
+                # Honour the provider's Retry-After when it asks for longer than our backoff.
+                delay = max(self._backoff(transient_retries), retry_after or 0.0)
                 if self._clock.monotonic() + delay >= deadline:
                     # Sleeping would land on or past the deadline, leaving no time for the attempt it waits for.
                     raise _deadline_error(ref, exc) from exc
@@ -165,8 +259,10 @@ class ModelRouter:
                 logger.info('unusable model answer; sampling again', extra={'model': ref.name})
             except ModelRequestError as exc:
                 _name_model(exc, ref)
+                self.breakers.succeeded(ref.name)  # the model answered (with a refusal): it is reachable
                 raise
             else:
+                self.breakers.succeeded(ref.name)
                 return replace(response, model=ref.name)
 
     def _backoff(self, retry_index: int) -> float:

@@ -30,7 +30,13 @@ from om_lib import context as ctx
 from om_lib import observer as obs
 from om_lib import resource_scope as rs
 from om_lib.buffering import live_chunks
-from om_lib.errors import DeadlineExceededError, ModelError, ModelOutputError, VersionConflictError
+from om_lib.errors import (
+    DeadlineExceededError,
+    ModelError,
+    ModelOutputError,
+    ModelUnavailableError,
+    VersionConflictError,
+)
 from om_lib.llm import Content, InlineBlob, ModelRequest
 from om_lib.messages import Message
 from om_lib.parts import CycleParts, FailureReason, ObservationEnd, ObservationStart, ThreadUpdate
@@ -280,7 +286,9 @@ class ObserverCall:
             source_observations=context_text,
         )
         try:
-            # A degenerate or unusable answer gets one fresh sample, then counts as a failed call (spec §13.6).
+            # An unusable answer (empty, a loop, a refusal, prose) gets one fresh sample, then counts as a failed call
+            # (spec §13.6): it never becomes memory.
+            problem = ''
             for attempt in range(2):
                 response = self.rt.router.generate(
                     s.observer_model, request, input_tokens=backlog.tokens, deadline=deadline
@@ -288,10 +296,9 @@ class ObserverCall:
                 parsed = obs.parse_observer_output(response.text)
                 if not obs.is_unusable_observer_output(parsed):
                     return ObserverOutcome(observed=[ThreadObservation(backlog, parsed)])
-                logger.warning(
-                    'observer output unusable', extra={'attempt': attempt + 1, 'degenerate': parsed.degenerate}
-                )
-            raise ModelOutputError('the Observer produced no usable observations (empty or degenerate) after a retry')
+                problem = obs.observer_output_problem(parsed) or 'the answer has neither tags nor observation lines'
+                logger.warning('observer output unusable', extra={'attempt': attempt + 1, 'problem': problem})
+            raise ModelOutputError(f'the Observer answered twice without usable observations: {problem}')
         except (ModelError, DeadlineExceededError) as exc:
             logger.warning('observation failed', extra={'thread_id': backlog.thread_id, 'error': str(exc)})
             return ObserverOutcome(failed=[ThreadFailure(backlog, exc, _reason(exc))])
@@ -353,7 +360,8 @@ class ObserverCall:
                     parsed = {shown_ids[0]: alone}
             if not any(p.degenerate for p in parsed.values()):
                 by_real = {b.thread_id: parsed[codec.shown(b.thread_id)] for b in batch}
-                return {tid: p for tid, p in by_real.items() if p.covered}
+                # A section that is not an observation log covers nothing: that thread is asked about alone.
+                return {tid: p for tid, p in by_real.items() if p.covered and obs.observer_output_problem(p) is None}
             logger.warning('observer output degenerate', extra={'attempt': attempt + 1})
         raise ModelOutputError('the Observer produced degenerate output after a retry')
 
@@ -394,6 +402,8 @@ def _reason(exc: Exception) -> FailureReason:
         return 'timeout'
     if isinstance(exc, ModelOutputError):
         return 'invalid_output'
+    if isinstance(exc, ModelUnavailableError):
+        return 'model_unavailable'
     return 'error'
 
 
@@ -478,7 +488,7 @@ class ObservationPipeline:
         def needed(cur: OMRecord) -> bool:
             return any(cur.cursor(t) < seq for t, seq in wanted.items())
 
-        leased = rt.writer.take_lease(record, 'observing', cycle.cycle_id, needed, hold_s=rt.left(deadline))
+        leased = rt.writer.take_lease(record, 'observing', cycle.cycle_id, needed)
         if leased is None:
             fresh = rt.writer.fresh(record)
             busy = lease_active(fresh.observing, rt.clock.now()) and needed(fresh)
@@ -502,7 +512,8 @@ class ObservationPipeline:
                 )
             )
         try:
-            outcome = self.call.run(leased, ready, deadline)
+            with rt.writer.holding(leased, 'observing', cycle.cycle_id):
+                outcome = self.call.run(leased, ready, deadline)
         except Exception:
             # Anything but a model failure (e.g. reading an attachment back failed): free the record, then report.
             rt.writer.release_quietly(leased, 'observing', cycle.cycle_id)

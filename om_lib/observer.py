@@ -23,6 +23,7 @@ from typing import Any, Literal
 from urllib.parse import unquote, urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from om_lib.log_check import observation_log_problem
 from om_lib.messages import (
     FilePart,
     ImagePart,
@@ -882,6 +883,14 @@ def parse_multi_thread_observer_output(text: str, thread_ids: Sequence[str]) -> 
     return result
 
 
+def observer_output_problem(parsed: ParsedObservations) -> str | None:
+    """Why an Observer answer may not become memory (None when it may): degenerate, empty, or not an observation log
+    (a refusal, prose, one line repeated; om_lib/log_check.py)."""
+    if parsed.degenerate:
+        return 'the answer is a repetition loop'
+    return observation_log_problem(parsed.observations)
+
+
 def is_unusable_observer_output(parsed: ParsedObservations) -> bool:
     """Whether an Observer answer must be treated as a failed call (never stored).
 
@@ -891,7 +900,7 @@ def is_unusable_observer_output(parsed: ParsedObservations) -> bool:
     Returns:
         True when the answer is degenerate, has no observations, or has neither tags nor list lines at all.
     """
-    if parsed.degenerate or not parsed.observations.strip():
+    if observer_output_problem(parsed) is not None:
         return True
     raw = parsed.raw
     has_tags = re.search(r'<observations>', raw, re.IGNORECASE) is not None

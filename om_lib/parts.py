@@ -27,6 +27,8 @@ FailureReason = Literal[
     'not_smaller',
     'not_under_target',
     'invalid_output',
+    'invalid_reflection',
+    'model_unavailable',
     'busy',
 ]
 

@@ -9,7 +9,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from om_lib.llm import ModelRequest, ModelResponse
 from om_lib.messages import Message
-from om_lib.records import OMRecord, Thread, WorkingMemoryRecord
+from om_lib.records import FailureNote, OMRecord, Thread, WorkingMemoryRecord
 
 
 @runtime_checkable
@@ -287,6 +287,18 @@ class MemoryStore(Protocol):
         when the thread does not exist or belongs to another resource. Erasing the thread (thread scope) or the
         resource erases it.
         """
+        ...
+
+    def add_failure(self, resource_id: str, thread_id: str | None, failure: FailureNote) -> None:
+        """Keep one failure for a thread's memory (`thread_id`) or a resource's (`None`, resource scope).
+
+        Not idempotent (each call keeps one more); kept for a bounded time (the DynamoDB store lets them expire after
+        30 days) and erased with the thread or resource. Does nothing for a thread that is gone.
+        """
+        ...
+
+    def recent_failures(self, resource_id: str, thread_id: str | None, *, limit: int = 20) -> list[FailureNote]:
+        """The newest failures kept with `add_failure`, newest first, at most `limit`."""
         ...
 
     def list_attention(self, *, quiet_since: datetime, limit: int = 100) -> list[AttentionItem]:

@@ -7,17 +7,19 @@ the concurrency rules live in one place:
   re-reads the head and re-applies the change, a bounded number of times;
 - a change is a function of the freshest head that may decline (return None) when the work is no longer needed or
   no longer ours, and then nothing is written;
-- a lease is an owner plus an expiry on the record: whoever holds it may do the slow part (a model call) and commit;
-  a lease outlives the work it guards by a margin, and an expired one may be taken over, so a crashed holder never
-  blocks the record for long;
+- a lease is an owner plus an expiry on the record: whoever holds it may do the slow part (a model call) and commit.
+  It lasts about one model call (`lease_ttl`, 60 s) and a live holder renews it while it works (`holding`), so a
+  holder that died stops blocking the record within one lease period, and an expired lease may be taken over;
 - a new generation (reflection, reset) keeps the old head readable as history.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from datetime import timedelta
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from om_lib.errors import VersionConflictError
@@ -30,18 +32,25 @@ LeaseName = Literal['observing', 'reflecting', 'buffering_observation', 'bufferi
 Change = Callable[[OMRecord], OMRecord | None]
 
 MAX_COMMIT_ATTEMPTS = 4
-# A lease lasts at least this long, and outlives the deadline of the work it guards by LEASE_MARGIN.
-LEASE_TTL = timedelta(minutes=2)
-LEASE_MARGIN = timedelta(seconds=60)
+# A lease lasts about one model call; a live holder renews it every third of that while it works.
+DEFAULT_LEASE_TTL_S = 60.0
 
 
 class RecordWriter:
     """Conditional writes of OM records over a `MemoryStore`."""
 
-    def __init__(self, store: MemoryStore, clock: Clock, new_id: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        store: MemoryStore,
+        clock: Clock,
+        new_id: Callable[[], str],
+        *,
+        lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+    ) -> None:
         self.store = store
         self.clock = clock
         self.new_id = new_id
+        self.lease_ttl_s = lease_ttl_s
 
     # -- reading and creating ------------------------------------------------------------------------------------
     def head(self, key: str) -> OMRecord | None:
@@ -141,10 +150,9 @@ class RecordWriter:
         return current.model_copy(update=base | update)
 
     # -- leases ----------------------------------------------------------------------------------------------------
-    def lease_for(self, owner: str, *, hold_s: float = 0.0) -> Lease:
-        """A lease for `owner` that outlives `hold_s` seconds of work by the margin (and lasts at least LEASE_TTL)."""
-        expires = self.clock.now() + max(LEASE_TTL, timedelta(seconds=max(0.0, hold_s)) + LEASE_MARGIN)
-        return Lease(owner=owner, expires_at=expires)
+    def lease_for(self, owner: str, *, ttl_s: float | None = None) -> Lease:
+        """A lease for `owner` that expires `ttl_s` from now (the writer's lease period by default)."""
+        return Lease(owner=owner, expires_at=self.clock.now() + timedelta(seconds=ttl_s or self.lease_ttl_s))
 
     def take_lease(
         self,
@@ -153,13 +161,14 @@ class RecordWriter:
         owner: str,
         still_needed: Callable[[OMRecord], bool],
         *,
-        hold_s: float = 0.0,
+        ttl_s: float | None = None,
         replaces: str | None = None,
     ) -> OMRecord | None:
         """Take lease `name` for `owner` while `still_needed(head)`; None when someone else holds it or the work is
-        no longer needed. `replaces` names a hint owner this lease may take over (a queued job's running mark)."""
+        no longer needed. `replaces` names a hint owner this lease may take over (a queued job's running mark).
+        `ttl_s` overrides the lease period (a workflow's lease spans several Lambda invocations)."""
         now = self.clock.now()
-        lease = self.lease_for(owner, hold_s=hold_s)
+        lease = self.lease_for(owner, ttl_s=ttl_s)
 
         def take(current: OMRecord) -> OMRecord | None:
             held: Lease | None = getattr(current, name)
@@ -170,6 +179,36 @@ class RecordWriter:
             return current.model_copy(update={name: lease})
 
         return self.commit(record, take)
+
+    @contextmanager
+    def holding(self, record: OMRecord, name: LeaseName, owner: str, *, ttl_s: float | None = None) -> Iterator[None]:
+        """Renew `owner`'s lease `name` every third of its period while the block runs (the model call): a live
+        holder keeps the record, a dead one loses it within one lease period. Renewal stops at the first write that
+        finds the lease released or taken over; a failed renewal is logged, never raised into the work."""
+        period = ttl_s or self.lease_ttl_s
+        stop = threading.Event()
+
+        def extend(current: OMRecord) -> OMRecord | None:
+            held = getattr(current, name)
+            if held is None or held.owner != owner:
+                stop.set()
+                return None
+            return current.model_copy(update={name: self.lease_for(owner, ttl_s=period)})
+
+        def renew() -> None:
+            while not stop.wait(period / 3):
+                try:
+                    self.commit(record, extend)
+                except Exception:  # noqa: BLE001 - the holder's own commit decides; the lease may just expire
+                    logger.exception('could not renew a lease', extra={'key': record.key, 'lease': name})
+
+        renewer = threading.Thread(target=renew, name=f'lease-{name}', daemon=True)
+        renewer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            renewer.join(timeout=5)
 
     def release_lease(self, record: OMRecord, name: LeaseName, owner: str, **extra: Any) -> OMRecord:
         """Drop lease `name` if `owner` still holds it, applying `extra` in the same write; returns the fresh head."""
@@ -190,6 +229,6 @@ class RecordWriter:
             logger.exception('could not release a lease', extra={'key': record.key, 'lease': name})
 
 
-def lease_active(lease: Lease | None, now: Any) -> bool:
+def lease_active(lease: Lease | None, now: datetime) -> bool:
     """Is there a lease, and has it not expired?"""
     return lease is not None and lease.active(now)

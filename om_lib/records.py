@@ -156,3 +156,16 @@ class WorkingMemoryRecord(_Model):
     content: str | dict[str, Any]
     updated_at: datetime
     version: int = 0
+
+
+class FailureNote(_Model):
+    """One observation, reflection or buffering failure, kept for `recentFailures` (GET /memory, the inspector)."""
+
+    operation_type: Literal['observation', 'reflection']
+    reason: str
+    message: str
+    at: datetime
+    # The thread it concerned (resource scope keeps one list for the resource; this attributes each failure).
+    thread_id: str | None = None
+    # `data-om-buffering-failed` (background work) rather than `data-om-observation-failed`.
+    background: bool = False

@@ -24,13 +24,16 @@ from om_lib import reflector as refl
 from om_lib.background import finish_background
 from om_lib.errors import ModelError, ModelOutputError, VersionConflictError
 from om_lib.llm import Content, ModelRequest
+from om_lib.log_check import reflection_problem
 from om_lib.parts import (
     Activation,
     BufferingEnd,
     BufferingFailed,
     BufferingStart,
     CycleParts,
+    FailureReason,
     ObservationEnd,
+    ObservationFailed,
     ObservationStart,
 )
 from om_lib.record_writer import LeaseName, lease_active
@@ -50,6 +53,10 @@ WORKER_BUDGET_S = 600.0
 RUNNING_HINT_TTL = timedelta(minutes=2)
 # Below this much time left in a request, a due synchronous reflection is handed to the workflow instead.
 MIN_SYNC_REFLECTION_S = 2.0
+# Ladder retries for these reasons are about size (`not_under_target`); the others mean "not an observation log".
+SIZE_REASONS = frozenset({'over_target', 'not_smaller'})
+# A workflow run's lease covers its tasks and the retries between them (5 + 10 + 20 s of backoff, model calls).
+WORKFLOW_LEASE_S = 300.0
 
 
 class ReflectionRejectedError(ModelOutputError):
@@ -171,6 +178,8 @@ class Reflection:
             parse=lambda raw: refl.parse_reflector_output(
                 raw, sanitize=obs.sanitize_observation_lines, is_degenerate=obs.detect_degenerate_repetition
             ),
+            # Every attempt must still be an observation log that keeps the log's span, or it is never committed.
+            check=lambda reflected: reflection_problem(reflected, text),
         )
         reflected = ladder.observations.strip()
         if retrieval:
@@ -238,7 +247,6 @@ class Reflection:
             'reflecting',
             cycle.cycle_id,
             lambda cur: cur.generation == record.generation and cur.observation_tokens > threshold,
-            hold_s=rt.left(deadline),
         )
         if leased is None:
             fresh = rt.writer.fresh(record)
@@ -267,13 +275,17 @@ class Reflection:
                     info.error,
                     leased.id,
                     thread_id,
-                    reason='not_under_target',
+                    # Too big, or not an observation log at all (a refusal, prose, a loop, nothing).
+                    reason='not_under_target'
+                    if info.reason in ('over_target', 'not_smaller')
+                    else 'invalid_reflection',
                     retrying=True,
                 )
             )
 
         try:
-            draft = self.draft(snapshot_text, snapshot_tokens, deadline, on_retry=on_retry)
+            with rt.writer.holding(leased, 'reflecting', cycle.cycle_id):
+                draft = self.draft(snapshot_text, snapshot_tokens, deadline, on_retry=on_retry)
         except refl.ReflectionNotSmallerError as exc:
             parts.add(
                 rt.failed_part(cycle, 'reflection', snapshot_tokens, exc, leased.id, thread_id, reason='not_smaller')
@@ -283,7 +295,12 @@ class Reflection:
             )
             return ReflectionOutcome(released, 'failed')
         except ModelError as exc:
-            parts.add(rt.failed_part(cycle, 'reflection', snapshot_tokens, exc, leased.id, thread_id))
+            # Memory stays as it was; like a failed run, the next attempt waits (30 s doubling). An answer that was
+            # not an observation log says so (`invalid_reflection`).
+            reason: FailureReason | None = (
+                'invalid_reflection' if isinstance(exc, refl.InvalidReflectionError) else None
+            )
+            parts.add(rt.failed_part(cycle, 'reflection', snapshot_tokens, exc, leased.id, thread_id, reason=reason))
             released = rt.writer.release_lease(leased, 'reflecting', cycle.cycle_id, **self._backoff(leased))
             return ReflectionOutcome(released, 'failed')
         except Exception:
@@ -462,8 +479,9 @@ class Reflection:
             name,
             owner,
             lambda cur: cur.generation == generation and self._job_due(job, cur.model_copy(update={name: None})),
-            # The workflow's reflect task may run for the worker's whole budget.
-            hold_s=WORKER_BUDGET_S,
+            # The lease spans the workflow's tasks (separate invocations, with retries between them); the reflect task
+            # renews it while the model works.
+            ttl_s=WORKFLOW_LEASE_S,
             # A buffered run takes over the running hint the step left under its cycle id.
             replaces=job.cycle_id if job.reason == 'buffer' else None,
         )
@@ -493,15 +511,31 @@ class Reflection:
             snapshot, line_count, input_tokens = part.text, part.line_count, part.input_tokens
             target, start_level = part.target_tokens, 1
         try:
-            draft = self.draft(
-                snapshot, input_tokens, limit, target=target, start_level=start_level, skip_hints=start_level > 0
-            )
+            with rt.writer.holding(record, name, owner, ttl_s=WORKFLOW_LEASE_S):
+                draft = self.draft(
+                    snapshot, input_tokens, limit, target=target, start_level=start_level, skip_hints=start_level > 0
+                )
         except refl.ReflectionNotSmallerError as exc:
             released = rt.writer.release_lease(record, name, owner, reflection_stalled_at_tokens=tokens)
             if job.reason == 'buffer':
-                failed = self._buffering_failed(job, released, cycle, input_tokens, str(exc))
+                failed = self._buffering_failed(job, released, cycle, input_tokens, str(exc), 'not_smaller')
                 finish_background(rt, released, name, None, failed)
+                rt.remember_failures(job.resource_id, job.thread_id, [failed])
             return {'outcome': 'not_smaller', 'inputTokens': input_tokens}
+        except refl.InvalidReflectionError as exc:
+            # The model's answer would have replaced memory with something that is not an observation log: keep the
+            # current generation, back off, and tell the next step why.
+            released = rt.writer.release_lease(record, name, owner, **self._backoff(record))
+            outcome: BufferingFailed | ObservationFailed
+            if job.reason == 'buffer':
+                outcome = self._buffering_failed(job, released, cycle, input_tokens, str(exc), 'invalid_reflection')
+            else:
+                outcome = rt.failed_part(
+                    cycle, 'reflection', input_tokens, exc, released.id, job.thread_id, reason='invalid_reflection'
+                )
+            finish_background(rt, released, name, None, outcome)
+            rt.remember_failures(job.resource_id, job.thread_id, [outcome])
+            return {'outcome': 'invalid_reflection', 'inputTokens': input_tokens, 'error': str(exc)}
         ended = None
         if job.reason == 'buffer':
             ended = BufferingEnd(
@@ -547,6 +581,10 @@ class Reflection:
                 f'the staged reflection ({record.buffered_reflection_tokens} tokens) is not smaller than its input '
                 f'({record.buffered_reflection_input_tokens} tokens)'
             )
+        covered = '\n'.join(record.active_observations.split('\n')[: record.reflected_line_count or 0])
+        problem = reflection_problem(staged, covered or record.active_observations)
+        if problem is not None:
+            raise ReflectionRejectedError(f'the staged reflection may not replace the log: {problem}')
         return {'valid': True, 'tokens': record.buffered_reflection_tokens}
 
     def commit_staged(self, job: Job, owner: str) -> dict[str, Any]:
@@ -587,6 +625,11 @@ class Reflection:
             error = 'the background reflection failed; past reflection.blockAfter a step reflects synchronously'
             failed = self._buffering_failed(job, released, None, released.observation_tokens, error)
             finish_background(rt, released, name, None, failed)
+            rt.remember_failures(job.resource_id, job.thread_id, [failed])
+        elif held is not None and held.owner == owner:
+            error = 'the reflection workflow failed (the model, after its retries); the log is kept as it was'
+            failure = rt.failed_part(None, 'reflection', released.observation_tokens, error, released.id, job.thread_id)
+            rt.remember_failures(job.resource_id, job.thread_id, [failure])
         return {'released': True}
 
     def run_in_process(self, job: Job, deadline: float) -> None:
@@ -611,7 +654,13 @@ class Reflection:
         return {'reflection_failures': failures, 'reflection_retry_at': self.rt.clock.now() + wait}
 
     def _buffering_failed(
-        self, job: Job, record: OMRecord, cycle: Cycle | None, tokens: int, error: str
+        self,
+        job: Job,
+        record: OMRecord,
+        cycle: Cycle | None,
+        tokens: int,
+        error: str,
+        reason: FailureReason = 'error',
     ) -> BufferingFailed:
         return BufferingFailed(
             cycle_id=job.cycle_id or '',
@@ -622,6 +671,7 @@ class Reflection:
             error=error,
             record_id=record.id,
             thread_id=job.thread_id,
+            reason=reason,
         )
 
     def _job_due(self, job: Job, record: OMRecord) -> bool:

@@ -359,7 +359,17 @@ class ReflectionNotSmallerError(ModelOutputError):
         self.smallest_tokens = smallest_tokens
 
 
-RetryReason = Literal['over_target', 'not_smaller', 'degenerate', 'empty']
+class InvalidReflectionError(ModelOutputError):
+    """No attempt of the ladder was still an observation log that keeps the log's span (om_lib/log_check.py).
+
+    Committing it would replace the user's memory with a refusal, prose, or a log that lost its newest or oldest
+    days; the engine keeps the current generation instead.
+    """
+
+    code = 'invalid_reflection'
+
+
+RetryReason = Literal['over_target', 'not_smaller', 'degenerate', 'empty', 'invalid']
 
 
 @dataclass(frozen=True)
@@ -423,6 +433,7 @@ def run_compression_ladder(
     manual_prompt: str | None = None,
     skip_continuation_hints: bool = False,
     parse: Callable[[str], ParsedReflection] = parse_reflector_output,
+    check: Callable[[str], str | None] | None = None,
 ) -> LadderResult:
     """Reflect `observations`, escalating the compression level until the result is small enough (spec §15.4).
 
@@ -445,6 +456,8 @@ def run_compression_ladder(
         manual_prompt: Extra guidance for a manual reflect request.
         skip_continuation_hints: Ask for observations only (buffered reflection).
         parse: Output parser (injectable to share the Observer's sanitizer and degenerate check).
+        check: Says why an attempt's observations may not replace the log (None: they may); such an attempt counts
+            as a failed compression and escalates the ladder.
 
     Returns:
         The result to commit.
@@ -452,6 +465,7 @@ def run_compression_ladder(
     Raises:
         ValueError: `observations` is blank.
         ReflectionNotSmallerError: Some attempts were usable, but none was strictly smaller than the input.
+        InvalidReflectionError: Every attempt with observations failed `check`.
         ModelOutputError: No attempt produced usable output (all degenerate or empty).
     """
     if not observations.strip():
@@ -461,6 +475,7 @@ def run_compression_ladder(
     level = min(max(start_level, 0), max_level)
 
     attempts = 0
+    invalid: str | None = None
     usable_seen = False
     smallest_usable: int | None = None
     best: tuple[int, ParsedReflection, int] | None = None  # (tokens, parsed, level)
@@ -477,6 +492,9 @@ def run_compression_ladder(
         elif not parsed.observations.strip():
             # An empty block for non-empty input is a failed compression, never "memory is now empty" (§12.9).
             reflected, reason = original, 'empty'
+        elif check is not None and (problem := check(parsed.observations)) is not None:
+            # Not an observation log any more (a refusal, prose, lost days): never a candidate to commit.
+            reflected, reason, invalid = original, 'invalid', problem
         else:
             usable_seen = True
             reflected = count(parsed.observations)
@@ -507,6 +525,10 @@ def run_compression_ladder(
         level = next_level
 
     if best is None:
+        if invalid is not None and not usable_seen:
+            raise InvalidReflectionError(
+                f'no reflection in {attempts} attempt(s) was a usable observation log: {invalid}'
+            )
         if usable_seen:
             raise ReflectionNotSmallerError(
                 f'reflection did not shrink the observations after {attempts} attempt(s) '
@@ -533,6 +555,8 @@ def _retry_message(reason: RetryReason, original: int, reflected: int, target: i
         return f'Reflector output was degenerate (repetition loop), retrying at level {next_level}'
     if reason == 'empty':
         return f'Reflector returned no observations, retrying at level {next_level}'
+    if reason == 'invalid':
+        return f'Reflector output is not a usable observation log, retrying at level {next_level}'
     return (
         f'Did not compress below threshold ({original} → {reflected}, target: {target}), retrying at level {next_level}'
     )

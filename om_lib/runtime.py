@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -16,10 +16,19 @@ from om_lib.config import ResolvedOMConfig
 from om_lib.errors import DeadlineExceededError
 from om_lib.messages import Message, ToolCallPart, ToolResultPart
 from om_lib.model_router import ModelRouter
-from om_lib.parts import FailureReason, MarkerConfig, ObservationFailed, OperationType
+from om_lib.parts import (
+    FAILED_TYPES,
+    BufferingFailed,
+    FailureReason,
+    MarkerConfig,
+    ObservationFailed,
+    OMPart,
+    OperationType,
+    StoredPart,
+)
 from om_lib.ports import BlobReader, Clock, MemoryStore
 from om_lib.record_writer import LeaseName, RecordWriter, lease_active
-from om_lib.records import OMRecord
+from om_lib.records import FailureNote, OMRecord
 from om_lib.tokens import TokenCounter
 from om_lib.work import BackgroundWork, Job
 
@@ -136,6 +145,30 @@ class Runtime:
             logger.exception('could not submit background work', extra={'kind': job.kind, 'key': job.record_key})
             return False
         return True
+
+    # -- failures, kept for recentFailures ----------------------------------------------------------------------------
+    def remember_failures(self, resource_id: str, thread_id: str, parts: Iterable[OMPart]) -> None:
+        """Keep the failures among `parts` for `recentFailures` (a ladder's `retrying` attempts and deferrals are not
+        failures; parts a worker stored for the next step were kept when the worker made them). Best effort."""
+        memory_thread = thread_id if self.settings.scope == 'thread' else None
+        for part in parts:
+            if isinstance(part, StoredPart) or part.kind() not in FAILED_TYPES:
+                continue
+            data = part.data()
+            if data.get('retrying') or data.get('reason') == 'deferred':
+                continue
+            note = FailureNote(
+                operation_type=data.get('operationType', 'observation'),
+                reason=str(data.get('reason') or 'error'),
+                message=str(data.get('error') or '')[:500],
+                at=self.clock.now(),
+                thread_id=str(data.get('threadId') or thread_id),
+                background=isinstance(part, BufferingFailed),
+            )
+            try:
+                self.store.add_failure(resource_id, memory_thread, note)
+            except Exception:  # noqa: BLE001 - a failure that cannot be kept must not fail the step that reports it
+                logger.warning('could not keep a failure', extra={'thread_id': thread_id, 'reason': note.reason})
 
     # -- parts -----------------------------------------------------------------------------------------------------
     def failed_part(

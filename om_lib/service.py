@@ -18,7 +18,7 @@ from om_lib import history
 from om_lib.chat import ChatResult, ChatService
 from om_lib.config import ResolvedOMConfig, SemanticRecallSettings
 from om_lib.conversation import AgentStep, AgentTurn, Conversation
-from om_lib.engine import MemoryEngine
+from om_lib.engine import MemoryEngine, OmStatus
 from om_lib.errors import (
     InvalidInputError,
     OMError,
@@ -125,10 +125,15 @@ class MemoryService:
         )
 
     # -- message history -------------------------------------------------------------------------------------------
-    def messages(self, resource_id: str, thread_id: str, *, page: int, per_page: int) -> tuple[list[Message], bool]:
-        """`GET /threads/{threadId}/messages`: a page in arrival order, and whether more follow."""
+    def messages(
+        self, resource_id: str, thread_id: str, *, page: int, per_page: int
+    ) -> tuple[list[tuple[Message, OmStatus]], bool]:
+        """`GET /threads/{threadId}/messages`: a page in arrival order, each message with where it stands in memory
+        (`observed`, `buffered`, `unobserved`), and whether more follow."""
         self._require_thread(resource_id, thread_id)
-        return history.page_of_messages(self.engine.store, resource_id, thread_id, page, per_page)
+        messages, has_more = history.page_of_messages(self.engine.store, resource_id, thread_id, page, per_page)
+        statuses = self.engine.message_statuses(resource_id, thread_id, messages)
+        return list(zip(messages, statuses, strict=True)), has_more
 
     def query_messages(
         self,
@@ -377,5 +382,6 @@ __all__ = [
     'Include',
     'MemoryService',
     'OMError',
+    'OmStatus',
     'RecallRequest',
 ]

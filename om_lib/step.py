@@ -111,13 +111,16 @@ class Steps:
             return StepResult(thread_id, resource_id, '', list(reversed(page.messages)), parts, None, saved)
         try:
             if self.resource is not None:
-                return self._resource_step(appended, deadline, step_number, parts, cycle_start=now)
-            return self._thread_step(appended, deadline, step_number, parts)
+                result = self._resource_step(appended, deadline, step_number, parts, cycle_start=now)
+            else:
+                result = self._thread_step(appended, deadline, step_number, parts)
         except Exception as exc:  # noqa: BLE001 - the input is saved: trouble goes into the 200 answer (CONTRACT §2)
             logger.exception('memory update failed after the step was saved', extra={'thread_id': thread_id})
             parts.add(rt.failed_part(None, 'observation', 0, exc, '', thread_id))
             raw = [m for m in appended.messages if m.role != 'system']
-            return StepResult(thread_id, resource_id, '', raw, parts, None, saved)
+            result = StepResult(thread_id, resource_id, '', raw, parts, None, saved)
+        rt.remember_failures(resource_id, thread_id, parts)
+        return result
 
     def _thread_step(self, appended: AppendResult, deadline: float, step_number: int, parts: CycleParts) -> StepResult:
         rt = self.rt

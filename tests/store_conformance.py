@@ -17,7 +17,7 @@ from om_lib.errors import (
     VersionConflictError,
 )
 from om_lib.messages import Message
-from om_lib.records import BufferedChunk, Lease, OMRecord
+from om_lib.records import BufferedChunk, FailureNote, Lease, OMRecord
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -358,6 +358,31 @@ class StoreConformance:
         # A new thread is a new incarnation of the resource: its records may be created again.
         store.append_messages('r1', 't9', [msg('z')], now=T0)
         assert store.put_record(res, expected_version=None).version == 1
+
+    # -- kept failures (recentFailures) ---------------------------------------------------------------------------
+    def test_failures_are_kept_per_memory_newest_first_and_erased_with_it(self, store):
+        store.append_messages('r1', 't1', [msg('a')], now=T0)
+        store.append_messages('r2', 't1', [msg('b')], now=T0)
+        for n in range(25):
+            note = FailureNote(
+                operation_type='observation', reason='model_unavailable', message=f'm{n}', at=T0 + timedelta(seconds=n)
+            )
+            store.add_failure('r1', 't1', note)
+        store.add_failure(
+            'r1',
+            None,
+            FailureNote(operation_type='reflection', reason='invalid_reflection', message='res', at=T0, thread_id='t1'),
+        )
+        kept = store.recent_failures('r1', 't1')
+        assert [f.message for f in kept] == [f'm{n}' for n in range(24, 4, -1)]  # the newest 20
+        assert [f.message for f in store.recent_failures('r1', None)] == ['res']
+        assert store.recent_failures('r2', 't1') == []  # another resource's thread of the same id
+        store.delete_thread('r1', 't1')
+        assert store.recent_failures('r1', 't1') == []
+        store.add_failure('r1', 't1', kept[0])  # a late failure of an erased thread is not kept
+        assert store.recent_failures('r1', 't1') == []
+        store.delete_resource('r1')
+        assert store.recent_failures('r1', None) == []
 
     # -- added with threads and message history (issue 8) ----------------------------------------------------------
     def test_create_thread_then_append_keeps_title_and_metadata(self, store):

@@ -58,17 +58,19 @@ def create_attachment(body: Annotated[AttachmentIn, Body()]) -> Response[Any]:
     bucket = _wiring.settings().OM_BUCKET_NAME
     key = attachment_key(body.resource_id, body.thread_id, body.filename, uuid.uuid4().hex)
     expires_at = datetime.now(UTC) + UPLOAD_URL_TTL
+    # Content-Length is signed, so the declared (size-checked) size is the size S3 accepts. Encryption: a deployed
+    # bucket encrypts with the stack's key by default (and refuses any other), so the uploader sends no SSE header;
+    # without a key (local runs) SSE-S3 is signed in.
+    params: dict[str, object] = {
+        'Bucket': bucket,
+        'Key': key,
+        'ContentType': body.media_type,
+        'ContentLength': body.size,
+    }
+    if not _wiring.settings().OM_BUCKET_KMS_KEY_ARN:
+        params['ServerSideEncryption'] = 'AES256'
     upload_url = s3_client().generate_presigned_url(
-        'put_object',
-        # Content-Length is signed, so the declared (size-checked) size is the size S3 accepts; SSE is enforced too.
-        Params={
-            'Bucket': bucket,
-            'Key': key,
-            'ContentType': body.media_type,
-            'ContentLength': body.size,
-            'ServerSideEncryption': 'AES256',
-        },
-        ExpiresIn=int(UPLOAD_URL_TTL.total_seconds()),
+        'put_object', Params=params, ExpiresIn=int(UPLOAD_URL_TTL.total_seconds())
     )
     logger.info('attachment presigned', extra={'thread_id': body.thread_id, 'size': body.size})
     return json_response({'url': f's3://{bucket}/{key}', 'uploadUrl': upload_url, 'expiresAt': iso(expires_at)}, 201)

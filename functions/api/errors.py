@@ -206,6 +206,7 @@ GATEWAY_RESPONSES: dict[str, tuple[int | None, str]] = {
     'ACCESS_DENIED': (403, 'forbidden'),
     'INVALID_SIGNATURE': (403, 'forbidden'),
     'EXPIRED_TOKEN': (403, 'forbidden'),
+    'INVALID_API_KEY': (403, 'forbidden'),
     'AUTHORIZER_FAILURE': (500, 'internal_error'),
     'AUTHORIZER_CONFIGURATION_ERROR': (500, 'internal_error'),
     'REQUEST_TOO_LARGE': (413, 'too_large'),

@@ -9,7 +9,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _wiring
-from functions._observability import logger, metrics
+from functions._observability import logger, metrics, traced
 from functions.api import (
     attachments,
     edge,
@@ -47,6 +47,7 @@ if os.environ.get('AWS_LAMBDA_FUNCTION_NAME'):
 
 @logger.inject_lambda_context
 @metrics.log_metrics
+@traced
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     refusal, admitted = edge.admit(event)
     return refusal or app.resolve(admitted, context)

@@ -178,10 +178,18 @@ class ChatOut(_Model):
     parts: list[DataPart]
 
 
+class ListedMessageOut(MessageOut):
+    """A message as `GET /threads/{threadId}/messages` lists it: with where it stands in memory."""
+
+    om_status: Literal['observed', 'buffered', 'unobserved'] = Field(
+        description='observed: covered by the observations; buffered: in a chunk waiting to activate; unobserved.'
+    )
+
+
 class MessagesPage(_Model):
     """One page of a thread's messages, oldest first."""
 
-    messages: list[MessageOut]
+    messages: list[ListedMessageOut]
     page: int
     per_page: int
     has_more: bool
@@ -236,6 +244,17 @@ class ThresholdsOut(_Model):
     observation_tokens: int
 
 
+class FailureOut(_Model):
+    """A failure kept for `recentFailures` (README "Failure reasons" explains each `reason`)."""
+
+    operation_type: Literal['observation', 'reflection']
+    reason: str
+    message: str
+    at: str
+    thread_id: str | None = None
+    background: bool = False
+
+
 class MemoryOut(_Model):
     """`GET /threads/{threadId}/memory`."""
 
@@ -250,6 +269,7 @@ class MemoryOut(_Model):
     suggested_response: str | None
     last_observed_at: str | None
     buffered: BufferedOut
+    recent_failures: list[FailureOut] = Field(description='The last 20 failures of this memory, newest first.')
 
 
 class AttachmentOut(_Model):

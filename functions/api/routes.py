@@ -198,8 +198,9 @@ def get_messages(
     perPage: PerPage = 100,
 ) -> Response[Any]:
     authorize(resourceId)
-    messages, has_more = _wiring.service().messages(resourceId, threadId, page=page, per_page=perPage)
-    return json_response({'messages': _messages_json(messages), 'page': page, 'perPage': perPage, 'hasMore': has_more})
+    listed, has_more = _wiring.service().messages(resourceId, threadId, page=page, per_page=perPage)
+    messages = [{**message_json(m), 'omStatus': status} for m, status in listed]
+    return json_response({'messages': messages, 'page': page, 'perPage': perPage, 'hasMore': has_more})
 
 
 # -- threads of a resource, and erasing ---------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _wiring
-from functions._observability import logger, metrics, record_parts_metrics
+from functions._observability import logger, metrics, record_parts_metrics, traced
 from om_lib.errors import ErasedError, OMError, ThreadNotFoundError
 from om_lib.work import Job
 
@@ -28,7 +28,7 @@ processor = SqsFifoPartialProcessor(skip_group_on_error=True)
 # outcome for SQS is the same, but a raise would count as a Lambda error and page someone for one bad message.
 processor.raise_on_entire_batch_failure = False
 # run_job reports a failed model call as a part (the request path must not raise); here it must be redelivered.
-_RETRY_REASONS = frozenset({'error', 'timeout'})
+_RETRY_REASONS = frozenset({'error', 'timeout', 'model_unavailable'})
 
 
 # Lambda init, snapshotted by SnapStart: the engine, its clients and the tokenizer (every job counts tokens), and the
@@ -77,10 +77,28 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
     record_parts_metrics(parts.to_json())
     failed = parts.failures()
     if any(data.get('reason') in _RETRY_REASONS for data in failed):
+        _back_off(record)
         raise JobIncompleteError(f'{job.kind} of {job.record_key} failed: {failed[-1].get("error")}')
+
+
+def _back_off(record: SQSRecord) -> None:
+    """The model failed: come back later, later each time (SQS visibility, exponential with jitter), not on every
+    visibility timeout while the model is down."""
+    from om_lib.adapters.aws_work import delay_redelivery
+
+    queue_url = _wiring.settings().OM_WORK_QUEUE_URL
+    if not queue_url:
+        return
+    try:
+        delay = delay_redelivery(queue_url, record.receipt_handle, int(record.attributes.approximate_receive_count))
+    except OMError:
+        logger.warning('could not delay the redelivery; the queue timeout applies', message_id=record.message_id)
+        return
+    logger.info('job comes back later', message_id=record.message_id, delay_s=delay)
 
 
 @logger.inject_lambda_context
 @metrics.log_metrics
+@traced
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -1,5 +1,8 @@
 """Reflection workflow task: `{"task", "job", "owner"}` from Step Functions → `engine.workflow_<task>(job, owner)`.
 
+`release`, the failure path, also gets `error`: the name of the error that sent the execution there (counted in the
+`ReflectionFailures` metric by reason).
+
 Errors propagate: Lambda reports the exception's class name as the error type, which is what the state machine's
 Retry/Catch match on (ModelUnavailableError is retried, ReflectionRejectedError releases the lease, ...).
 """
@@ -12,7 +15,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _wiring
-from functions._observability import logger
+from functions._observability import logger, record_workflow_metrics, traced
 from om_lib.work import Job
 
 TASKS = frozenset({'check', 'reflect', 'validate', 'commit', 'release'})
@@ -29,11 +32,13 @@ if os.environ.get('AWS_LAMBDA_FUNCTION_NAME'):
 
 
 @logger.inject_lambda_context
+@traced
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     task, owner = event.get('task'), event.get('owner')
     if task not in TASKS or not isinstance(owner, str) or not owner:
         raise ValueError(f'expected {{"task": one of {sorted(TASKS)}, "job": {{...}}, "owner": "..."}}, got {event!r}')
     job = Job.from_json(event['job'])
     result = _wiring.service().workflow_task(task, job, owner)
+    record_workflow_metrics(task, result, event.get('error'))
     logger.info('reflection task done', task=task, record_key=job.record_key, owner=owner, result=result)
     return result

@@ -12,7 +12,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _wiring
-from functions._observability import logger
+from functions._observability import logger, traced
 
 # Lambda init, snapshotted by SnapStart: the engine and its clients only (a sweep reads records and queues jobs; it
 # never counts a token or calls a model). Only inside Lambda: importing this module in a test or a tool must work
@@ -25,6 +25,7 @@ if os.environ.get('AWS_LAMBDA_FUNCTION_NAME'):
 
 
 @logger.inject_lambda_context
+@traced
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     jobs = _wiring.service().sweep()
     logger.info('swept', submitted=len(jobs), kinds=sorted({job.kind for job in jobs}))

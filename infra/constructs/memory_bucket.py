@@ -1,4 +1,4 @@
-"""MemoryBucket: offloaded values and attachments. Private, encrypted, TLS only, with lifecycle rules."""
+"""MemoryBucket: offloaded values and attachments. Private, encrypted with the stack's key, TLS only, versioned."""
 
 from __future__ import annotations
 
@@ -12,34 +12,67 @@ from infra.constants import (
     BUCKET_ACTIONS,
     BUCKET_INFREQUENT_ACCESS_DAYS,
     BUCKET_NONCURRENT_EXPIRY_DAYS,
-    BUCKET_OBJECT_ACTIONS,
+    KMS_DECRYPT_ACTIONS,
+    KMS_ENCRYPT_DECRYPT_ACTIONS,
+    OBJECT_WRITE_ACTIONS,
+    FunctionAccess,
 )
+from infra.constructs.memory_key import S3, MemoryKey
 from infra.constructs.nag import acknowledge, logical_id
 
 
 class MemoryBucket(Construct):
-    """Unversioned on purpose: erasing a resource (`DELETE /resources/{id}`) must leave no old versions behind."""
+    """Versioned, so an overwrite or a delete (by a bug or a stolen credential) can be undone for a week.
 
-    def __init__(self, scope: Construct, construct_id: str) -> None:
+    Noncurrent versions expire after `BUCKET_NONCURRENT_EXPIRY_DAYS`: erasing a resource (`DELETE /resources/{id}`)
+    removes its objects at once and leaves only those recovery copies, which are gone a week later. Objects are
+    encrypted with the stack's key by default (with an S3 Bucket Key, so KMS is called per bucket key, not per object),
+    and the bucket refuses uploads that ask for another encryption.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, key: MemoryKey, removal_policy: RemovalPolicy) -> None:
         super().__init__(scope, construct_id)
+        self.memory_key = key
+        destroy = removal_policy == RemovalPolicy.DESTROY
         self.bucket = s3.Bucket(
             self,
             'Bucket',
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            encryption=s3.BucketEncryption.S3_MANAGED,
+            encryption=s3.BucketEncryption.KMS,
+            encryption_key=key.key,
+            bucket_key_enabled=True,
             enforce_ssl=True,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-            versioned=False,
+            versioned=True,
             lifecycle_rules=self._build_lifecycle_rules(),
-            # Users' memory: never deleted with the stack.
-            removal_policy=RemovalPolicy.RETAIN,
+            # Users' memory: by default never deleted with the stack. A throwaway stack empties it on delete.
+            removal_policy=removal_policy,
+            auto_delete_objects=destroy,
         )
+        self._refuse_other_encryption()
         acknowledge(
             self.bucket,
             'S1',
             'Only the service roles touch this bucket (no public or cross-account access); an access-log bucket would '
             "duplicate users' data paths. Turn on CloudTrail S3 data events for an audit trail.",
         )
+
+    def _refuse_other_encryption(self) -> None:
+        # Objects without an encryption header get the bucket's default (this key); one asking for SSE-S3 or another
+        # key is refused. (The Null condition makes the header's absence not match.)
+        for header, expected in (
+            ('s3:x-amz-server-side-encryption', 'aws:kms'),
+            ('s3:x-amz-server-side-encryption-aws-kms-key-id', self.memory_key.key_arn),
+        ):
+            self.bucket.add_to_resource_policy(
+                iam.PolicyStatement(
+                    effect=iam.Effect.DENY,
+                    principals=[iam.AnyPrincipal()],
+                    actions=['s3:PutObject'],
+                    resources=[self.bucket.arn_for_objects('*')],
+                    conditions={'StringNotEquals': {header: expected}, 'Null': {header: 'false'}},
+                )
+            )
 
     @staticmethod
     def _build_lifecycle_rules() -> list[s3.LifecycleRule]:
@@ -59,7 +92,7 @@ class MemoryBucket(Construct):
                     )
                 ],
             ),
-            # Only relevant if someone turns versioning on: erased data must not linger as old versions.
+            # Replaced and deleted objects are kept for recovery this long, then gone (erasure included).
             s3.LifecycleRule(
                 id='expire-noncurrent-versions',
                 noncurrent_version_expiration=Duration.days(BUCKET_NONCURRENT_EXPIRY_DAYS),
@@ -67,15 +100,24 @@ class MemoryBucket(Construct):
             ),
         ]
 
-    def grant_data_access(self, role: iam.IRole) -> None:
-        """Read, write, delete and list the service's objects (explicit actions, no wildcards)."""
-        iam.Grant.add_to_principal(
-            grantee=role, actions=list(BUCKET_OBJECT_ACTIONS), resource_arns=[self.bucket.arn_for_objects('*')]
-        )
-        iam.Grant.add_to_principal(grantee=role, actions=list(BUCKET_ACTIONS), resource_arns=[self.bucket.bucket_arn])
-        acknowledge(
-            role,
-            'IAM5',
-            'Object actions on this one bucket; object keys are per user and thread, unknown at deploy time.',
-            finding=f'Resource::<{logical_id(self.bucket)}.Arn>/*',
-        )
+    def grant(self, role: iam.IRole, access: FunctionAccess, *, sid: str) -> None:
+        """`access.object_actions` on the objects (and ListBucket if asked), and the key's use through S3."""
+        if not access.object_actions and not access.lists_bucket:
+            return
+        if access.object_actions:
+            iam.Grant.add_to_principal(
+                grantee=role, actions=list(access.object_actions), resource_arns=[self.bucket.arn_for_objects('*')]
+            )
+            acknowledge(
+                role,
+                'IAM5',
+                'Object actions on this one bucket; object keys are per user and thread, unknown at deploy time.',
+                finding=f'Resource::<{logical_id(self.bucket)}.Arn>/*',
+            )
+            writes = bool(set(access.object_actions) & set(OBJECT_WRITE_ACTIONS))
+            actions = KMS_ENCRYPT_DECRYPT_ACTIONS if writes else KMS_DECRYPT_ACTIONS
+            self.memory_key.allow(f'{sid}UsesTheBucket', role, actions, [S3])
+        if access.lists_bucket:
+            iam.Grant.add_to_principal(
+                grantee=role, actions=list(BUCKET_ACTIONS), resource_arns=[self.bucket.bucket_arn]
+            )

@@ -9,7 +9,8 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from infra.constants import TABLE_ACTIONS
+from infra.constants import KMS_TABLE_USER_ACTIONS, FunctionAccess
+from infra.constructs.memory_key import DYNAMODB, MemoryKey
 from om_lib.adapters import dynamodb_schema as schema
 
 _TYPES = {'S': dynamodb.AttributeType.STRING, 'N': dynamodb.AttributeType.NUMBER, 'B': dynamodb.AttributeType.BINARY}
@@ -38,10 +39,15 @@ def _projection(index: dict[str, Any]) -> dict[str, Any]:
 
 
 class MemoryTable(Construct):
-    """On-demand table with PITR, KMS encryption (AWS-managed key), TTL on `expires_at`, LSI1 on seq and GSI1."""
+    """On-demand table encrypted with the stack's key, with PITR, deletion protection, TTL and the schema's indexes.
 
-    def __init__(self, scope: Construct, construct_id: str) -> None:
+    `removal_policy` RETAIN (the default stack) also turns deletion protection on; DESTROY (a throwaway stack) turns it
+    off, so `cdk destroy` can delete the table.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, key: MemoryKey, removal_policy: RemovalPolicy) -> None:
         super().__init__(scope, construct_id)
+        self.memory_key = key
         partition_key, sort_key = _keys(schema.KEY_SCHEMA)
         self.table = dynamodb.TableV2(
             self,
@@ -49,6 +55,7 @@ class MemoryTable(Construct):
             partition_key=partition_key,
             sort_key=sort_key,
             billing=dynamodb.Billing.on_demand(),
+            # KMS; the key is set on the replica below (TableV2's customer_managed_key needs a region-bound stack).
             encryption=dynamodb.TableEncryptionV2.aws_managed_key(),
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True
@@ -56,9 +63,13 @@ class MemoryTable(Construct):
             time_to_live_attribute=schema.TTL_ATTRIBUTE,
             local_secondary_indexes=[self._build_lsi(index) for index in schema.LOCAL_SECONDARY_INDEXES],
             global_secondary_indexes=[self._build_gsi(index) for index in schema.GLOBAL_SECONDARY_INDEXES],
-            # Users' memory: never deleted with the stack.
-            removal_policy=RemovalPolicy.RETAIN,
+            # Users' memory: by default never deleted with the stack, nor by a stray DeleteTable.
+            removal_policy=removal_policy,
+            deletion_protection=removal_policy != RemovalPolicy.DESTROY,
         )
+        cfn = self.table.node.default_child
+        assert isinstance(cfn, dynamodb.CfnGlobalTable)
+        cfn.add_property_override('Replicas.0.SSESpecification.KMSMasterKeyId', key.key_arn)
 
     @staticmethod
     def _build_lsi(index: dict[str, Any]) -> dynamodb.LocalSecondaryIndexProps:
@@ -75,17 +86,21 @@ class MemoryTable(Construct):
 
     @property
     def index_names(self) -> list[str]:
-        """LSI1 and GSI1 (from dynamodb_schema)."""
+        """The indexes dynamodb_schema declares."""
         return [i['IndexName'] for i in (*schema.LOCAL_SECONDARY_INDEXES, *schema.GLOBAL_SECONDARY_INDEXES)]
 
-    def grant_data_access(self, grantee: iam.IGrantable) -> None:
-        """The store's item and query actions on the table and its indexes (explicit actions, no wildcards)."""
+    def grant(self, role: iam.IRole, access: FunctionAccess, *, sid: str) -> None:
+        """`access.table_actions` on the table and `access.indexes`, and use of the key through DynamoDB."""
+        unknown = set(access.indexes) - set(self.index_names)
+        if unknown:
+            raise ValueError(f'{sid}: no index {sorted(unknown)} in dynamodb_schema (indexes: {self.index_names})')
         iam.Grant.add_to_principal(
-            grantee=grantee,
-            actions=list(TABLE_ACTIONS),
-            # Each index by name (no `index/*`): the indexes are the ones dynamodb_schema declares.
+            grantee=role,
+            actions=list(access.table_actions),
+            # Each index by name (no `index/*`).
             resource_arns=[
                 self.table.table_arn,
-                *(f'{self.table.table_arn}/index/{name}' for name in self.index_names),
+                *(f'{self.table.table_arn}/index/{name}' for name in access.indexes),
             ],
         )
+        self.memory_key.allow(f'{sid}UsesTheTable', role, KMS_TABLE_USER_ACTIONS, [DYNAMODB])

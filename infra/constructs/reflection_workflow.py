@@ -14,6 +14,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from infra.constants import ASL_FUNCTION_PLACEHOLDER, LOG_RETENTION, STATE_MACHINE_ASL, STATE_MACHINE_START_ACTIONS
+from infra.constructs.memory_key import MemoryKey
 from infra.constructs.nag import acknowledge
 
 # A reflection is at most a few model calls of 10 min each (with the ASL's retries); past this something is stuck.
@@ -24,12 +25,23 @@ class ReflectionWorkflow(Construct):
     """Standard workflow with its own role (invoke the reflection alias only), full logging and X-Ray tracing."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, reflection_function: lambda_.IFunction, state_machine_name: str
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        reflection_function: lambda_.IFunction,
+        state_machine_name: str,
+        key: MemoryKey,
+        removal_policy: RemovalPolicy,
     ) -> None:
         super().__init__(scope, construct_id)
         self.state_machine_name = state_machine_name
         self.log_group = logs.LogGroup(
-            self, 'Logs', retention=logs.RetentionDays[LOG_RETENTION], removal_policy=RemovalPolicy.DESTROY
+            self,
+            'Logs',
+            retention=logs.RetentionDays[LOG_RETENTION],
+            encryption_key=key.key,
+            removal_policy=removal_policy,
         )
         self.role = iam.Role(
             self,

@@ -1,8 +1,8 @@
 """ServiceFunction: one of the service's Lambda functions, with its own least-privilege role, log group and alias.
 
-Every function shares the defaults below (one runtime, one architecture, JSON logs, SnapStart). SnapStart applies to
-published versions only, so callers (API Gateway, SQS, Step Functions, the schedule) invoke `alias`, never the
-unqualified function.
+Every function shares the defaults below (one runtime, one architecture, JSON logs, SnapStart, X-Ray active tracing).
+SnapStart applies to published versions only, so callers (API Gateway, SQS, Step Functions, the schedule) invoke
+`alias`, never the unqualified function.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from infra.constants import (
     LOG_WRITE_ACTIONS,
     FunctionSpec,
 )
+from infra.constructs.memory_key import MemoryKey
 from infra.constructs.nag import acknowledge
 
 
@@ -34,6 +35,7 @@ class ServiceFunction(Construct):
     ARCHITECTURE: ClassVar[lambda_.Architecture] = lambda_.Architecture.X86_64
     LOGGING_FORMAT: ClassVar[lambda_.LoggingFormat] = lambda_.LoggingFormat.JSON
     SNAP_START: ClassVar[lambda_.SnapStartConf] = lambda_.SnapStartConf.ON_PUBLISHED_VERSIONS
+    TRACING: ClassVar[lambda_.Tracing] = lambda_.Tracing.ACTIVE
 
     def __init__(
         self,
@@ -43,6 +45,9 @@ class ServiceFunction(Construct):
         spec: FunctionSpec,
         code: lambda_.Code,
         environment: Mapping[str, str],
+        key: MemoryKey,
+        removal_policy: RemovalPolicy,
+        reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         # The asset's wheels are built for LAMBDA_PYTHON_VERSION/LAMBDA_ARCHITECTURE: the function must match them.
@@ -53,7 +58,8 @@ class ServiceFunction(Construct):
             self,
             'Logs',
             retention=logs.RetentionDays[LOG_RETENTION],
-            removal_policy=RemovalPolicy.DESTROY,
+            encryption_key=key.key,
+            removal_policy=removal_policy,
         )
         self.role = self._build_role()
         self.function = lambda_.Function(
@@ -73,6 +79,15 @@ class ServiceFunction(Construct):
             system_log_level_v2=lambda_.SystemLogLevel.WARN,
             log_group=self.log_group,
             snap_start=self.SNAP_START,
+            tracing=self.TRACING,
+            reserved_concurrent_executions=reserved_concurrency,
+        )
+        acknowledge(
+            self.role,
+            'IAM5',
+            'Active tracing: xray:PutTraceSegments and xray:PutTelemetryRecords support no resource-level permissions, '
+            'so their resource is `*` (the only one in this role).',
+            finding='Resource::*',
         )
         acknowledge(
             self.function,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import string
 import threading
 import uuid
@@ -73,6 +74,32 @@ class AwsBackgroundWork:
                 params['MessageDeduplicationId'] = hashlib.sha256(job.dedup_key.encode()).hexdigest()
         with aws_errors():
             self._client('sqs').send_message(**params)
+
+
+# A job that failed because the model was unavailable comes back after this long (doubling per receive, jittered),
+# so a brown-out does not turn into a redelivery every visibility timeout.
+RETRY_BASE_S = 30
+RETRY_MAX_S = 900
+_jitter = random.SystemRandom()
+
+
+def retry_delay_s(receive_count: int) -> int:
+    """How long a failed job waits before its next delivery: 30 s doubling per receive up to 15 min, full jitter on
+    the top half (so a thousand threads' jobs do not come back in the same second)."""
+    ceiling = min(RETRY_MAX_S, RETRY_BASE_S * 2 ** max(0, receive_count - 1))
+    return int(_jitter.uniform(ceiling / 2, ceiling))
+
+
+def delay_redelivery(queue_url: str, receipt_handle: str, receive_count: int, *, sqs_client: Any = None) -> int:
+    """Keep a failed message invisible for `retry_delay_s(receive_count)` before SQS delivers it again; returns the
+    delay. Best effort: when it fails, the queue's own visibility timeout applies."""
+    import boto3
+
+    delay = retry_delay_s(receive_count)
+    client = sqs_client or boto3.client('sqs')
+    with aws_errors():
+        client.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=delay)
+    return delay
 
 
 # SQS takes 1-128 characters of ASCII letters, digits and punctuation as a message group id.

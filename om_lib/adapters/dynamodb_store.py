@@ -41,6 +41,7 @@ from botocore.exceptions import ClientError
 
 from om_lib.adapters import dynamodb_schema as schema
 from om_lib.adapters.aws_errors import aws_errors, error_code
+from om_lib.adapters.dynamodb_batch import batch_write
 from om_lib.adapters.s3_blobs import S3Blobs, resource_prefix, thread_prefix
 from om_lib.clock import SystemClock
 from om_lib.errors import (
@@ -54,7 +55,7 @@ from om_lib.errors import (
 )
 from om_lib.messages import FilePart, ImagePart, Message
 from om_lib.ports import AppendResult, AttentionItem, Clock, MessagePage, PendingThread, ThreadPage
-from om_lib.records import OMRecord, Thread, WorkingMemoryRecord
+from om_lib.records import FailureNote, OMRecord, Thread, WorkingMemoryRecord
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -69,6 +70,8 @@ META = 'META'
 MSG = 'MSG#'
 GAP = 'GAP#'
 OMGEN = 'OMGEN#'
+FAIL = 'FAIL#'  # a kept failure (recentFailures), in the thread's or the resource's partition
+FAILURE_TTL = timedelta(days=30)
 WM = 'WM'  # working memory: in the thread partition (thread scope) or the resource partition (resource scope)
 
 # OM record fields that can grow without bound. They travel together as one JSON document (`om_big`), inline while
@@ -860,6 +863,38 @@ class DynamoMemoryStore:
                 raise
 
     # =================================================================================================================
+    # Failures
+    # =================================================================================================================
+    def add_failure(self, resource_id: str, thread_id: str | None, failure: FailureNote) -> None:
+        """See `MemoryStore.add_failure`: one small item in the memory's partition, expiring after 30 days."""
+        pk = _resource_pk(resource_id) if thread_id is None else _thread_pk(resource_id, thread_id)
+        sk = f'{FAIL}{_iso(failure.at)}#{uuid.uuid4().hex[:8]}'
+        expires = int((failure.at + FAILURE_TTL).timestamp())
+        item = {
+            **_key(pk, sk),
+            'doc': _s(failure.model_dump_json(exclude_none=True)),
+            schema.TTL_ATTRIBUTE: _n(expires),
+        }
+        with aws_errors():
+            self.ddb.put_item(TableName=self.table_name, Item=item)
+        # A thread's failure lives only as long as the thread: one written during (or after) an erase goes again.
+        if thread_id is not None and self.get_thread(resource_id, thread_id) is None:
+            self._delete_items([_key(pk, sk)])
+
+    def recent_failures(self, resource_id: str, thread_id: str | None, *, limit: int = 20) -> list[FailureNote]:
+        """See `MemoryStore.recent_failures`: one Query, newest first."""
+        pk = _resource_pk(resource_id) if thread_id is None else _thread_pk(resource_id, thread_id)
+        with aws_errors():
+            response = self.ddb.query(
+                TableName=self.table_name,
+                KeyConditionExpression=f'{schema.PK} = :pk AND begins_with({schema.SK}, :p)',
+                ExpressionAttributeValues={':pk': _s(pk), ':p': _s(FAIL)},
+                ScanIndexForward=False,
+                Limit=limit,
+            )
+        return [FailureNote.model_validate_json(_str(item, 'doc') or '{}') for item in response.get('Items', [])]
+
+    # =================================================================================================================
     # Working memory
     # =================================================================================================================
     def get_working_memory(self, resource_id: str, thread_id: str | None) -> WorkingMemoryRecord | None:
@@ -1008,11 +1043,12 @@ class DynamoMemoryStore:
         self._delete_items(
             [
                 _key(pk, _str(i, schema.SK) or '')
+                for prefix in (OMGEN, FAIL)  # the resource record's generations and its kept failures
                 for i in self._query_all(
                     {
                         'TableName': self.table_name,
                         'KeyConditionExpression': f'{schema.PK} = :pk AND begins_with({schema.SK}, :p)',
-                        'ExpressionAttributeValues': {':pk': _s(pk), ':p': _s(OMGEN)},
+                        'ExpressionAttributeValues': {':pk': _s(pk), ':p': _s(prefix)},
                         'ProjectionExpression': f'{schema.PK}, {schema.SK}',
                         'ConsistentRead': True,
                     }
@@ -1487,14 +1523,7 @@ class DynamoMemoryStore:
             self._batch_write(batch)
 
     def _batch_write(self, requests: list[Item]) -> None:
-        pending: dict[str, Any] = {self.table_name: requests}
-        for _ in range(10):
-            with aws_errors():
-                response = self.ddb.batch_write_item(RequestItems=pending)
-            pending = response.get('UnprocessedItems') or {}
-            if not pending:
-                return
-        raise StorageError('DynamoDB kept throttling a batch delete')
+        batch_write(self.ddb, self.table_name, requests, what='a batch delete')
 
 
 # ---------------------------------------------------------------------------------------------------------------------

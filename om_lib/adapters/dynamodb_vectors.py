@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 from om_lib import vectors as vec
 from om_lib.adapters import dynamodb_schema as schema
 from om_lib.adapters.aws_errors import aws_errors, error_code
-from om_lib.errors import StorageError
+from om_lib.adapters.dynamodb_batch import batch_write
 from om_lib.ports import VectorEntry, VectorHit
 
 if TYPE_CHECKING:
@@ -203,14 +203,7 @@ class DynamoVectorIndex:
             self._batch_write(batch)
 
     def _batch_write(self, requests: list[Item]) -> None:
-        pending: dict[str, Any] = {self.table_name: requests}
-        for _ in range(10):
-            with aws_errors():
-                response = self.ddb.batch_write_item(RequestItems=pending)
-            pending = response.get('UnprocessedItems') or {}
-            if not pending:
-                return
-        raise StorageError('DynamoDB kept throttling a batch delete of vectors')
+        batch_write(self.ddb, self.table_name, requests, what='vectors')
 
     def stats(self, resource_id: str) -> dict[str, int]:
         """See `VectorIndex.stats`: vectors, bytes of packed vectors, items."""

@@ -7,6 +7,7 @@ A single lock makes every method atomic, which is what DynamoDB's single-item co
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -20,7 +21,7 @@ from om_lib.errors import (
 )
 from om_lib.messages import Message
 from om_lib.ports import AppendResult, AttentionItem, MessagePage, PendingThread, ThreadPage
-from om_lib.records import OMRecord, Thread, WorkingMemoryRecord
+from om_lib.records import FailureNote, OMRecord, Thread, WorkingMemoryRecord
 
 
 class _ThreadData:
@@ -48,6 +49,8 @@ class InMemoryStore:
         self._pending: dict[tuple[str, str], datetime] = {}
         # (resource id, thread id or None for resource scope) -> working memory.
         self._working: dict[tuple[str, str | None], WorkingMemoryRecord] = {}
+        # (resource id, thread id or None for resource scope) -> failures, newest last (bounded).
+        self._failures: dict[tuple[str, str | None], deque[FailureNote]] = {}
 
     # -- threads and messages -------------------------------------------------------------------------------------
     def append_messages(
@@ -276,6 +279,7 @@ class InMemoryStore:
             self._records.pop(key, None)
             self._erased_keys.add(key)
             self._working.pop((resource_id, thread_id), None)
+            self._failures.pop((resource_id, thread_id), None)
 
     def delete_resource(self, resource_id: str) -> None:
         """Remove everything stored for a resource; later writes to it are refused."""
@@ -286,6 +290,21 @@ class InMemoryStore:
             self._records.pop(key, None)
             self._erased_keys.add(key)
             self._working.pop((resource_id, None), None)
+            self._failures.pop((resource_id, None), None)
+
+    # -- failures -------------------------------------------------------------------------------------------------
+    def add_failure(self, resource_id: str, thread_id: str | None, failure: FailureNote) -> None:
+        """See `MemoryStore.add_failure` (the newest 100 per memory are kept)."""
+        with self._lock:
+            if thread_id is not None and (resource_id, thread_id) not in self._threads:
+                return
+            self._failures.setdefault((resource_id, thread_id), deque(maxlen=100)).append(failure)
+
+    def recent_failures(self, resource_id: str, thread_id: str | None, *, limit: int = 20) -> list[FailureNote]:
+        """See `MemoryStore.recent_failures`."""
+        with self._lock:
+            kept = self._failures.get((resource_id, thread_id), ())
+            return list(reversed(kept))[:limit]
 
     # -- working memory -------------------------------------------------------------------------------------------
     def get_working_memory(self, resource_id: str, thread_id: str | None) -> WorkingMemoryRecord | None:

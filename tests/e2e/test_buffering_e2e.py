@@ -168,6 +168,9 @@ def test_a_job_delivered_twice_makes_one_chunk(api, stack, gemini):
     record = wait_for(lambda: record_of(resource, thread))
     assert len(record.buffered_chunks) == 1
     assert len(observer_calls_mentioning(server, marker)) == 1
+    # The listing says where each message stands: both are in the chunk, waiting to activate
+    status, page = api.get(f'/threads/{thread}/messages?resourceId={resource}')
+    assert status == 200 and [m['omStatus'] for m in page['messages']] == ['buffered', 'buffered']
 
 
 def test_a_worker_that_dies_before_its_write_is_rerun_and_makes_one_chunk(api, stack, gemini, monkeypatch):

@@ -106,6 +106,7 @@ class FakeReply:
     status: int
     body: dict[str, Any]
     delay_s: float = 0.0
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def text(
@@ -132,10 +133,12 @@ class FakeReply:
         return cls(200, _candidate_body(parts, 'STOP', 11, 7, 0), delay_s)
 
     @classmethod
-    def error(cls, status: int, message: str = 'scripted failure', *, delay_s: float = 0.0) -> FakeReply:
-        """A Google-style error response."""
+    def error(
+        cls, status: int, message: str = 'scripted failure', *, delay_s: float = 0.0, retry_after: str | None = None
+    ) -> FakeReply:
+        """A Google-style error response (with a `Retry-After` header when given)."""
         body = {'error': {'code': status, 'message': message, 'status': _STATUS_NAMES.get(status, 'UNKNOWN')}}
-        return cls(status, body, delay_s)
+        return cls(status, body, delay_s, {'Retry-After': retry_after} if retry_after is not None else {})
 
     @classmethod
     def empty(cls, *, delay_s: float = 0.0) -> FakeReply:
@@ -155,7 +158,7 @@ class FakeReply:
 
     def after(self, delay_s: float) -> FakeReply:
         """The same reply, sent after `delay_s` seconds."""
-        return FakeReply(self.status, self.body, delay_s)
+        return replace(self, delay_s=delay_s)
 
 
 def _candidate_body(
@@ -372,15 +375,17 @@ def _make_request_handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
             fake._wait(reply.delay_s)
             # Log before writing: once the bytes are out the client (and the test) may read the log at once.
             fake._answered(call, reply.status)
-            if not self._send(reply.status, reply.body):
+            if not self._send(reply.status, reply.body, reply.headers):
                 fake._client_gone(call)
 
-        def _send(self, status: int, body: dict[str, Any]) -> bool:
+        def _send(self, status: int, body: dict[str, Any], headers: Mapping[str, str] | None = None) -> bool:
             payload = json.dumps(body).encode()
             try:
                 self.send_response(status)
                 self.send_header('Content-Type', 'application/json; charset=UTF-8')
                 self.send_header('Content-Length', str(len(payload)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(payload)
                 self.wfile.flush()

@@ -62,7 +62,17 @@ def test_wheel_tags_fit_the_lambda_runtime(asset: LambdaAsset) -> None:
 
 def test_runtime_dependencies_are_inside_and_nothing_else(asset: LambdaAsset) -> None:
     top_level = {p.name for p in asset.path.iterdir()}
-    for package in ('pydantic', 'pydantic_core', 'tiktoken', 'xxhash', 'aws_lambda_powertools', 'boto3', 'google'):
+    packages = (
+        'pydantic',
+        'pydantic_core',
+        'tiktoken',
+        'xxhash',
+        'aws_lambda_powertools',
+        'aws_xray_sdk',
+        'boto3',
+        'google',
+    )
+    for package in packages:
         assert package in top_level, package
     assert not FORBIDDEN_TOP_LEVEL & top_level
     assert not [p for p in asset.path.rglob('*') if p.is_dir() and p.name in {'tests', '__pycache__'}]

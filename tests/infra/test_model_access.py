@@ -1,6 +1,7 @@
 """Each function gets exactly the model access its roles need: Bedrock ARNs (never `*`), API-key secrets only when used.
 
-The rule (infra/model_access.py) is tested on plain values first; two synthesised stacks then show it in the template.
+The rule (the pure half of infra/constructs/model_access.py) is tested on plain values first; synthesised stacks then
+show it in the template.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import pytest
 
 from infra.app import SettingsError, build_app, settings_from_context
 from infra.constants import API_FUNCTION, BUFFER_WORKER_FUNCTION, REFLECTION_FUNCTION, SWEEPER_FUNCTION
-from infra.model_access import Arns, bedrock_resources, function_access
+from infra.constructs.model_access import Arns, ModelGrants, bedrock_resources, function_grants
 from om_lib.config import OMConfig
-from tests.infra.conftest import FAST
+from tests.infra.conftest import FAST, assert_nag_clean_and_listed_in_readme, synth_stack
 
 ARNS = Arns(partition='aws', region='eu-west-1', account='111122223333')
 NOVA_PROFILE = 'arn:aws:bedrock:eu-west-1:111122223333:inference-profile/eu.amazon.nova-lite-v1:0'
@@ -30,8 +31,8 @@ ALL_BEDROCK = {
 }
 
 
-def access(document: dict[str, Any], embedding: str | None = 'bedrock/amazon.titan-embed-text-v2:0') -> dict[str, Any]:
-    return function_access(OMConfig.model_validate(document).resolved(), ARNS, embedding_model=embedding)
+def access(document: dict[str, Any], embedding: str = 'bedrock/amazon.titan-embed-text-v2:0') -> dict[str, ModelGrants]:
+    return function_grants(OMConfig.model_validate(document), ARNS, embedding_model=embedding)
 
 
 # ---- the rule ------------------------------------------------------------------------------------------------------
@@ -104,7 +105,7 @@ def test_api_keys_are_needed_only_where_their_models_run() -> None:
         'observation': {'model': 'bedrock/amazon.nova-pro-v1:0'},
         'reflection': {'model': 'google/gemini-2.5-flash'},
     }
-    grants = access({**mixed, 'actorModel': 'openai/gpt-4o-mini'}, embedding=None)
+    grants = access({**mixed, 'actorModel': 'openai/gpt-4o-mini'})
     assert grants[API_FUNCTION.construct_id].secrets == {'google', 'openai'}
     assert grants[BUFFER_WORKER_FUNCTION.construct_id].secrets == {'google'}
     assert grants[REFLECTION_FUNCTION.construct_id].secrets == {'google'}
@@ -148,6 +149,7 @@ def test_an_all_bedrock_stack_has_no_secret_and_scoped_invoke_grants(tmp_path: P
     }
     app, stack = build_app(context, outdir=str(tmp_path))
     app.synth()  # raises on any unacknowledged cdk-nag finding
+    assert_nag_clean_and_listed_in_readme(tmp_path)  # the region wildcards of the profiles' models included
     from aws_cdk.assertions import Template
 
     template = Template.from_stack(stack).to_json()
@@ -198,30 +200,50 @@ def test_an_all_bedrock_stack_has_no_secret_and_scoped_invoke_grants(tmp_path: P
 
 
 def test_an_openai_actor_gets_its_own_secret_read_by_the_api_only() -> None:
-    from tests.infra.conftest import synth_stack
-
-    config = {'model': 'bedrock/amazon.nova-pro-v1:0', 'actorModel': 'openai/gpt-4o-mini'}
+    # Given Bedrock observing, Gemini reflecting and an OpenAI Actor behind a gateway
+    config = {
+        'observation': {'model': 'bedrock/amazon.nova-pro-v1:0'},
+        'reflection': {'model': 'google/gemini-2.5-flash'},
+        'actorModel': 'openai/gpt-4o-mini',
+    }
     _stack, template = synth_stack({'omConfig': json.dumps(config), 'openaiBaseUrl': 'https://gw.example.com/v1'})
     resources = template.to_json()['Resources']
-    (secret_id,) = [k for k, r in resources.items() if r['Type'] == 'AWS::SecretsManager::Secret']
-    assert secret_id.startswith('OpenAISecret')
-    readers = {
-        key.split('Role')[0]
-        for key, r in resources.items()
-        if r['Type'] == 'AWS::IAM::Policy'
-        for s in r['Properties']['PolicyDocument']['Statement']
-        if s['Action'] == 'secretsmanager:GetSecretValue'
+    secrets = {k.split('Secret')[0]: k for k, r in resources.items() if r['Type'] == 'AWS::SecretsManager::Secret'}
+    assert set(secrets) == {'Gemini', 'OpenAI'}
+    # Both are encrypted with the stack's key
+    (key_id,) = [k for k, r in resources.items() if r['Type'] == 'AWS::KMS::Key']
+    for secret_id in secrets.values():
+        assert resources[secret_id]['Properties']['KmsKeyId'] == {'Fn::GetAtt': [key_id, 'Arn']}
+
+    # Then only the API (the Actor) reads the OpenAI key; every function that reflects reads the Gemini key
+    readers: dict[str, set[str]] = {}
+    for key, r in resources.items():
+        if r['Type'] != 'AWS::IAM::Policy':
+            continue
+        for statement in r['Properties']['PolicyDocument']['Statement']:
+            if statement['Action'] == 'secretsmanager:GetSecretValue':
+                readers.setdefault(statement['Resource']['Ref'], set()).add(key.split('Role')[0])
+    assert readers == {
+        secrets['OpenAI']: {'ApiFunction'},
+        secrets['Gemini']: {'ApiFunction', 'BufferWorkerFunction', 'ReflectionFunction'},
     }
-    assert readers == {'ApiFunction'}
+    # And each function's environment names only the keys it may read; the gateway URL goes where OpenAI is called
     for r in resources.values():
-        if r['Type'] == 'AWS::Lambda::Function':
-            env = r['Properties']['Environment']['Variables']
-            assert (
-                env['OM_OPENAI_SECRET_ARN'] == {'Ref': secret_id}
-                and env['OPENAI_BASE_URL'] == 'https://gw.example.com/v1'
-            )
-            assert 'OPENAI_API_KEY' not in env and 'OM_GEMINI_SECRET_ARN' not in env
-    assert 'OpenAISecretArn' in template.to_json()['Outputs']
+        if r['Type'] != 'AWS::Lambda::Function' or not r['Properties']['Handler'].startswith('functions.'):
+            continue
+        env = r['Properties']['Environment']['Variables']
+        api = r['Properties']['Handler'] == API_FUNCTION.handler
+        assert env.get('OM_OPENAI_SECRET_ARN') == ({'Ref': secrets['OpenAI']} if api else None)
+        assert env.get('OPENAI_BASE_URL') == ('https://gw.example.com/v1' if api else None)
+        sweeper = r['Properties']['Handler'] == SWEEPER_FUNCTION.handler
+        assert env.get('OM_GEMINI_SECRET_ARN') == (None if sweeper else {'Ref': secrets['Gemini']})
+        assert 'OPENAI_API_KEY' not in env
+    # One key-policy statement per reader, however many of the stack's secrets it reads
+    (key,) = [r for r in resources.values() if r['Type'] == 'AWS::KMS::Key']
+    sids = [st['Sid'] for st in key['Properties']['KeyPolicy']['Statement'] if st['Sid'].endswith('ReadsTheModelKey')]
+    readers_of_gemini = ('ApiFunction', 'BufferWorkerFunction', 'ReflectionFunction')
+    assert sorted(sids) == sorted(f'{function}ReadsTheModelKey' for function in readers_of_gemini)
+    assert {'OpenAISecretArn', 'GeminiSecretArn'} <= set(template.to_json()['Outputs'])
 
 
 @pytest.mark.parametrize(

@@ -139,6 +139,17 @@ def test_gemini_adapter_transient_status_is_unavailable(
 
     assert info.value.status_code == status
     assert len(server.calls) == 1  # the client did not retry on its own
+    # A rate limit is named apart: the reflection workflow retries it longer (the error type is what the ASL matches).
+    assert (type(info.value).__name__ == 'ModelThrottledError') == (status == 429)
+
+
+def test_gemini_adapter_reads_retry_after(server: FakeGemini, model: GeminiLanguageModel) -> None:
+    # Given a 429 that asks the client to wait 12 s
+    server.script(MODEL, FakeReply.error(429, 'slow down', retry_after='12'))
+    # Then the error carries it, for the router's backoff and the circuit breaker
+    with pytest.raises(ModelUnavailableError) as info:
+        model.generate(MODEL, request(), timeout_s=10)
+    assert info.value.retry_after_s == 12.0
 
 
 @pytest.mark.parametrize('status', [400, 403, 404])

@@ -178,6 +178,33 @@ def test_buffer_worker_failing_model_fails_the_record_for_redelivery(aws, monkey
     assert record is None or record.observation_tokens == 0
 
 
+def test_a_job_that_met_a_model_outage_comes_back_later_each_time(aws, monkeypatch):
+    # Given a backlog, its job on the (moto) queue, and a model that is down
+    from om_lib.adapters.aws_work import RETRY_BASE_S, retry_delay_s
+    from om_lib.errors import ModelUnavailableError
+    from om_lib.offline_model import OfflineLanguageModel
+
+    sqs, url = aws
+    _conversation(4)
+    sqs.send_message(QueueUrl=url, MessageBody=_observe_body(), MessageGroupId='g', MessageDeduplicationId='d1')
+    received = sqs.receive_message(QueueUrl=url, AttributeNames=['All'])['Messages'][0]
+
+    def down(self, model_id, request, *, timeout_s):  # noqa: ANN001, ANN202
+        raise ModelUnavailableError('503 from the model', status_code=503)
+
+    monkeypatch.setattr(OfflineLanguageModel, 'generate', down)
+    event = _sqs_event(received['Body'])
+    event['Records'][0]['receiptHandle'] = received['ReceiptHandle']
+    event['Records'][0]['attributes']['ApproximateReceiveCount'] = '1'
+    # When the worker fails the job
+    assert invoke('buffer_worker', event) == {'batchItemFailures': [{'itemIdentifier': 'msg-0'}]}
+    # Then the message stays invisible for the backoff (not just the queue's own timeout): nothing to receive now
+    assert sqs.receive_message(QueueUrl=url).get('Messages', []) == []
+    # And each receive waits longer (30 s doubling to 15 min, jittered within the top half)
+    assert RETRY_BASE_S // 2 <= retry_delay_s(1) <= RETRY_BASE_S
+    assert 240 <= retry_delay_s(5) <= 480 and 450 <= retry_delay_s(12) <= 900
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # reflection workflow tasks
 # ---------------------------------------------------------------------------------------------------------------------

@@ -102,6 +102,12 @@ def test_retrying_the_same_message_after_a_failure_saves_it_once() -> None:
     user = message('u1', 'user', clock, content='Hello?')
 
     assert service.chat('r1', 'th1', user).reply is None
+    # Three failures in a row opened the model's circuit: a retry right away fails at once, without a call
+    calls = len(model.calls_for('actor'))
+    assert service.chat('r1', 'th1', user).reply is None
+    assert len(model.calls_for('actor')) == calls
+    # After the cooldown the trial call goes through
+    clock.advance(6)
     retried = service.chat('r1', 'th1', user)
 
     assert retried.reply is not None and retried.reply.text() == 'Hi there.'

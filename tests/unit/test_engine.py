@@ -151,11 +151,17 @@ def test_failing_model_loses_nothing_and_backlog_is_observed_later():
     assert [m.id for m in result.messages] == ['m1']
     record = h.record()
     assert record.cursor('t1') == 0 and record.observing is None  # lease released
-    # A later step observes the whole backlog.
+    # Right after, the model's circuit is open: the next step answers at once, without calling it
+    calls = len(h.model.calls_for('observer'))
+    quick = h.step(h.user(words(3), mid='m1b'))
+    [failed] = [p['data'] for p in quick.parts.to_json() if p['type'] == 'data-om-observation-failed']
+    assert failed['reason'] == 'model_unavailable' and len(h.model.calls_for('observer')) == calls
+    # A later step, once the cooldown passed, observes the whole backlog.
+    h.clock.advance(10)
     h.model.script('observer', OBS_A)
     later = h.step(h.user(words(5), mid='m2'))
     assert 'data-om-observation-end' in part_types(later)
-    assert h.record().cursor('t1') == 2
+    assert h.record().cursor('t1') == 3
 
 
 @pytest.mark.parametrize(

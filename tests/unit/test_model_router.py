@@ -16,7 +16,7 @@ from om_lib.errors import (
     ModelUnavailableError,
 )
 from om_lib.llm import Content, ModelRequest, ModelResponse
-from om_lib.model_router import ModelRouter
+from om_lib.model_router import CircuitBreakers, ModelRouter
 from om_lib.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelRoutingError
 
 REQUEST = ModelRequest(purpose='observer', system='sys', contents=(Content('user', ('hello',)),))
@@ -107,7 +107,11 @@ def test_model_router_gives_up_after_max_retries() -> None:
 def test_model_router_backoff_is_capped() -> None:
     clock = FakeClock()
     router, _ = make_router(
-        clock, {'gemini-2.5-flash': [unavailable()] * 6 + ['ok']}, default_max_retries=6, backoff_cap_s=4.0
+        clock,
+        {'gemini-2.5-flash': [unavailable()] * 6 + ['ok']},
+        default_max_retries=6,
+        backoff_cap_s=4.0,
+        breakers=CircuitBreakers(clock, threshold=100),  # (the breaker's own tests are below)
     )
 
     router.generate(FLASH, REQUEST, input_tokens=10, deadline=clock.mono + 600)
@@ -221,7 +225,12 @@ def test_model_router_deadline_stops_retries() -> None:
     # Given calls that each take 3 s and fail, and a 10 s deadline with generous retries
     clock = FakeClock()
     deadline = clock.mono + 10
-    router, provider = make_router(clock, {'gemini-2.5-flash': [unavailable()] * 10}, default_max_retries=8)
+    router, provider = make_router(
+        clock,
+        {'gemini-2.5-flash': [unavailable()] * 10},
+        default_max_retries=8,
+        breakers=CircuitBreakers(clock, threshold=100),  # (the breaker would stop the retries first)
+    )
     provider.call_s = 3.0
 
     # When the router keeps retrying
@@ -299,3 +308,74 @@ def test_model_ref_parse_and_name() -> None:
     assert ModelRef.parse('offline') == ModelRef('offline', '')
     assert ModelRef.parse('google/tunedModels/abc').model_id == 'tunedModels/abc'
     assert FLASH.name == 'google/gemini-2.5-flash'
+
+
+# -- the circuit breaker (issue 16) ----------------------------------------------------------------------------------
+def test_three_failures_open_the_circuit_and_later_calls_fail_at_once() -> None:
+    # Given a model that keeps failing
+    clock = FakeClock()
+    router, provider = make_router(clock, {'gemini-2.5-flash': [unavailable()] * 20}, default_max_retries=2)
+    # When one call spends its retries (three attempts)
+    with pytest.raises(ModelUnavailableError):
+        router.generate(FLASH, REQUEST, input_tokens=10, deadline=clock.mono + 600)
+    attempts = len(provider.calls)
+    sleeps = list(clock.sleeps)
+    # Then the circuit is open: the next calls fail at once, without calling the model or sleeping
+    for _ in range(5):
+        with pytest.raises(ModelUnavailableError) as info:
+            router.generate(FLASH, REQUEST, input_tokens=10, deadline=clock.mono + 600)
+        assert info.value.circuit_open
+    assert len(provider.calls) == attempts == 3
+    assert clock.sleeps == sleeps
+
+
+def test_after_the_cooldown_one_trial_call_closes_the_circuit_when_the_model_is_back() -> None:
+    clock = FakeClock()
+    router, provider = make_router(clock, {'gemini-2.5-flash': [unavailable()] * 3 + ['ok', 'ok']})
+    with pytest.raises(ModelUnavailableError):
+        router.generate(FLASH, REQUEST, input_tokens=10, deadline=clock.mono + 600)
+    assert router.breakers.is_open('google/gemini-2.5-flash')
+    clock.mono += 6  # past the 5 s cooldown
+    assert router.generate(FLASH, REQUEST, input_tokens=10, deadline=clock.mono + 600).text == 'ok'
+    assert not router.breakers.is_open('google/gemini-2.5-flash')
+    assert router.generate(FLASH, REQUEST, input_tokens=10, deadline=clock.mono + 600).text == 'ok'
+
+
+def test_a_failed_trial_reopens_the_circuit_for_twice_as_long() -> None:
+    clock = FakeClock()
+    breakers = CircuitBreakers(clock, threshold=3, base_cooldown_s=5)
+    for _ in range(3):
+        breakers.failed('m')
+    clock.mono += 6
+    breakers.admit('m')  # the trial goes through
+    with pytest.raises(ModelUnavailableError):
+        breakers.admit('m')  # the others still fail fast while it runs
+    breakers.failed('m')  # the trial failed
+    clock.mono += 6
+    with pytest.raises(ModelUnavailableError):
+        breakers.admit('m')  # 10 s now
+    clock.mono += 5
+    breakers.admit('m')
+
+
+def test_retry_after_from_the_provider_is_honoured() -> None:
+    # Given a 429 that asks to wait 7 s, and a deadline that allows it
+    clock = FakeClock()
+    slow_down = ModelUnavailableError('429', status_code=429, retry_after_s=7.0)
+    router, _ = make_router(clock, {'gemini-2.5-flash': [slow_down, 'ok']})
+    assert router.generate(FLASH, REQUEST, input_tokens=10, deadline=clock.mono + 60).text == 'ok'
+    # Then the retry waited at least what the provider asked for (not our 1 s backoff)
+    assert clock.sleeps and clock.sleeps[0] >= 7.0
+
+
+def test_a_fallback_model_answers_at_once_while_the_primary_circuit_is_open() -> None:
+    clock = FakeClock()
+    router, provider = make_router(
+        clock, {'gemini-2.5-flash': [unavailable()] * 10, 'gemini-2.5-pro': ['pro'] * 10}, default_max_retries=2
+    )
+    with pytest.raises(ModelUnavailableError):
+        router.generate(FLASH, REQUEST, input_tokens=10, deadline=clock.mono + 600)
+    spec = ModelFallbacks(entries=((FLASH, 2), (PRO, 0)))
+    before = len(provider.calls)
+    assert router.generate(spec, REQUEST, input_tokens=10, deadline=clock.mono + 600).text == 'pro'
+    assert len(provider.calls) == before + 1  # the open primary was not called

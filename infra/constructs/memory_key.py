@@ -1,0 +1,140 @@
+"""MemoryKey: the customer-managed KMS key for everything the stack stores, with rotation and a closed key policy.
+
+The key policy is the whole story of who may use the key (the account's IAM policies cannot add users):
+
+- the account administers it (explicit management actions, none that encrypts or decrypts);
+- each function role uses it only through the services it calls (`kms:ViaService`), with only the actions it needs
+  (a reader of the bucket may decrypt, not encrypt);
+- CloudWatch Logs uses it for this account's log groups, CloudWatch alarms for the encrypted alarm topic;
+- the deployment role creates the table and the secret with it (through DynamoDB and Secrets Manager only);
+- operators named with `-c operatorRoleArns=...` may put the model API keys and inspect or redrive the dead-letter queue
+  (through Secrets Manager and SQS only).
+
+The policy is built by this construct alone: the key handed to other constructs is a reference (`key`), so their
+grants cannot widen it behind our back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+from infra.constants import (
+    KMS_ADMIN_ACTIONS,
+    KMS_ALARM_PUBLISHER_ACTIONS,
+    KMS_ENCRYPT_DECRYPT_ACTIONS,
+    KMS_LOGS_ACTIONS,
+    KMS_PENDING_WINDOW_DAYS,
+    KMS_TABLE_CREATOR_ACTIONS,
+)
+
+# Services a principal may use the key through (the `kms:ViaService` values).
+KmsService = str
+DYNAMODB, S3, SQS, SECRETS_MANAGER = 'dynamodb', 's3', 'sqs', 'secretsmanager'
+
+
+class MemoryKey(Construct):
+    """A symmetric key with yearly rotation; `allow` adds a principal's use of it through named services."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        removal_policy: RemovalPolicy,
+        deploy_role_arn: str,
+        operator_role_arns: Sequence[str] = (),
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        self.document = iam.PolicyDocument()
+        self.cfn = kms.CfnKey(
+            self,
+            'Key',
+            description=f'{stack.stack_name}: table, bucket, queues, logs, alarm topic and secrets of the service',
+            enable_key_rotation=True,
+            pending_window_in_days=KMS_PENDING_WINDOW_DAYS,
+            # Resolved at synth, so statements added by `allow` after this point are in it.
+            key_policy=self.document,
+        )
+        # The key outlives a retained table and bucket: without it their data could never be read again.
+        self.cfn.apply_removal_policy(removal_policy)
+        self.key: kms.IKey = kms.Key.from_key_arn(self, 'Ref', self.cfn.attr_arn)
+        self.alias = kms.CfnAlias(self, 'Alias', alias_name=f'alias/{stack.stack_name}', target_key_id=self.cfn.ref)
+        self.alias.apply_removal_policy(removal_policy)
+
+        self._statement(
+            'Administration',
+            principals=[iam.AccountRootPrincipal()],
+            actions=KMS_ADMIN_ACTIONS,
+        )
+        region, account, partition = stack.region, stack.account, stack.partition
+        self._statement(
+            'CloudWatchLogsOfThisAccount',
+            principals=[iam.ServicePrincipal(f'logs.{region}.amazonaws.com')],
+            actions=KMS_LOGS_ACTIONS,
+            conditions={
+                'ArnLike': {
+                    'kms:EncryptionContext:aws:logs:arn': f'arn:{partition}:logs:{region}:{account}:log-group:*'
+                }
+            },
+        )
+        self._statement(
+            'CloudWatchAlarmsPublishToTheAlarmTopic',
+            principals=[iam.ServicePrincipal('cloudwatch.amazonaws.com')],
+            # As AWS documents it for alarm actions on an encrypted topic (publishing still needs the topic's policy).
+            actions=KMS_ALARM_PUBLISHER_ACTIONS,
+        )
+        self._statement(
+            'DeploymentCreatesTheTableAndSecret',
+            principals=[iam.ArnPrincipal(deploy_role_arn)],
+            actions=KMS_TABLE_CREATOR_ACTIONS,
+            conditions=self._via([DYNAMODB, SECRETS_MANAGER]),
+        )
+        if operator_role_arns:
+            self._statement(
+                'OperatorsPutTheModelKeyAndRedriveJobs',
+                principals=[iam.ArnPrincipal(arn) for arn in operator_role_arns],
+                actions=KMS_ENCRYPT_DECRYPT_ACTIONS,
+                conditions=self._via([SECRETS_MANAGER, SQS]),
+            )
+
+    @property
+    def key_arn(self) -> str:
+        """The key's ARN."""
+        return self.cfn.attr_arn
+
+    def allow(
+        self, sid: str, principal: iam.IPrincipal, actions: Iterable[str], services: Iterable[KmsService]
+    ) -> None:
+        """Let `principal` use the key with `actions`, through `services` only."""
+        self._statement(
+            sid, principals=[principal], actions=tuple(sorted(set(actions))), conditions=self._via(services)
+        )
+
+    def _via(self, services: Iterable[KmsService]) -> dict[str, dict[str, list[str]]]:
+        region = Stack.of(self).region
+        return {'StringEquals': {'kms:ViaService': [f'{s}.{region}.amazonaws.com' for s in sorted(set(services))]}}
+
+    def _statement(
+        self,
+        sid: str,
+        *,
+        principals: list[iam.IPrincipal],
+        actions: Sequence[str],
+        conditions: dict[str, object] | None = None,
+    ) -> None:
+        self.document.add_statements(
+            iam.PolicyStatement(
+                sid=sid,
+                principals=principals,
+                actions=list(actions),
+                # In a key policy `*` means this key.
+                resources=['*'],
+                conditions=conditions,
+            )
+        )
