@@ -24,10 +24,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from om_lib.adapters.chat_turns import CONTINUATION, paired_turns
+from om_lib.adapters.retry_after import retry_after_s
 from om_lib.errors import (
     DeadlineExceededError,
     ModelOutputError,
     ModelRequestError,
+    ModelThrottledError,
     ModelUnavailableError,
 )
 from om_lib.llm import Content, FunctionCall, FunctionResponse, InlineBlob, ModelRequest, ModelResponse, Usage
@@ -49,6 +51,8 @@ _TRANSIENT_CODES = frozenset(
         'ServiceQuotaExceededException',
     }
 )
+# Of those, the account's rate limit or quota (429 and its quota twin): ModelThrottledError, waited on longer.
+_THROTTLING_CODES = frozenset({'ThrottlingException', 'ServiceQuotaExceededException'})
 
 # Stop reasons that withhold the answer or make it unusable; the router samples again once.
 _UNUSABLE_STOP_REASONS = frozenset(
@@ -245,9 +249,10 @@ class BedrockLanguageModel:
     def generate(self, model_id: str, request: ModelRequest, *, timeout_s: float) -> ModelResponse:
         """Run one Converse request: one attempt, no client retries, at most `timeout_s` seconds of waiting.
 
-        Not idempotent. Raises ModelUnavailableError (throttling, 5xx, model timeouts, network), ModelRequestError
-        (access not enabled, unknown model, invalid or too long input, no credentials), ModelOutputError (filtered,
-        malformed or empty answer), and DeadlineExceededError when `timeout_s` is already spent.
+        Not idempotent. Raises ModelThrottledError (throttling, quota) and ModelUnavailableError (5xx, model timeouts,
+        network), both with the `Retry-After` when one was sent; ModelRequestError (access not enabled, unknown model,
+        invalid or too long input, no credentials); ModelOutputError (filtered, malformed or empty answer); and
+        DeadlineExceededError when `timeout_s` is already spent.
         """
         if timeout_s <= 0:
             raise DeadlineExceededError(f'no time left to call bedrock/{model_id}')
@@ -429,11 +434,18 @@ def map_bedrock_errors(model_id: str, region: str) -> Iterator[None]:
         error = getattr(exc, 'response', {}) or {}
         code = str((error.get('Error') or {}).get('Code', ''))
         reason = str((error.get('Error') or {}).get('Message', '')).rstrip('. ') or code
-        status = (error.get('ResponseMetadata') or {}).get('HTTPStatusCode')
+        metadata = error.get('ResponseMetadata') or {}
+        status = metadata.get('HTTPStatusCode')
         status = status if isinstance(status, int) else None
-        if code in _TRANSIENT_CODES or (status is not None and status >= 500):
-            raise ModelUnavailableError(
-                f'Bedrock is unavailable for {name}: {code} ({reason})', status_code=status
+        if code in _TRANSIENT_CODES or (status is not None and (status >= 500 or status == 429)):
+            # ModelNotReadyException is also a 429, but a model waking up, not a rate limit.
+            throttled = code in _THROTTLING_CODES or (status == 429 and code not in _TRANSIENT_CODES)
+            unavailable = ModelThrottledError if throttled else ModelUnavailableError
+            raise unavailable(
+                f'Bedrock is unavailable for {name}: {code} ({reason})',
+                status_code=status,
+                # Bedrock seldom sends one; a gateway in front of it may.
+                retry_after_s=retry_after_s(metadata.get('HTTPHeaders')),
             ) from exc
         if code == 'AccessDeniedException':
             message = (

@@ -20,10 +20,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from om_lib.adapters.chat_turns import paired_turns
+from om_lib.adapters.retry_after import retry_after_s
 from om_lib.errors import (
     DeadlineExceededError,
     ModelOutputError,
     ModelRequestError,
+    ModelThrottledError,
     ModelUnavailableError,
 )
 from om_lib.llm import Content, FunctionCall, FunctionResponse, InlineBlob, ModelRequest, ModelResponse, Usage
@@ -146,9 +148,10 @@ class OpenAILanguageModel:
     def generate(self, model_id: str, request: ModelRequest, *, timeout_s: float) -> ModelResponse:
         """Run one chat completion: one attempt, no client retries, at most `timeout_s` seconds.
 
-        Not idempotent. Raises ModelUnavailableError (408/409/429/5xx, timeouts, network), ModelRequestError (other
-        4xx, no key, an exhausted quota), ModelOutputError (refusal, content filter, no content, malformed tool call),
-        and DeadlineExceededError when `timeout_s` is already spent.
+        Not idempotent. Raises ModelThrottledError (429) and ModelUnavailableError (408/409/5xx, timeouts, network),
+        both with the `Retry-After` when one was sent; ModelRequestError (other 4xx, no key, an exhausted quota);
+        ModelOutputError (refusal, content filter, no content, malformed tool call); and DeadlineExceededError when
+        `timeout_s` is already spent.
         """
         if timeout_s <= 0:
             raise DeadlineExceededError(f'no time left to call openai/{model_id}')
@@ -304,7 +307,13 @@ def map_openai_errors(sdk: _Sdk, model_id: str) -> Iterator[None]:
         code = getattr(exc, 'code', None)
         reason = _reason(exc)
         if (status in _TRANSIENT_STATUSES or status >= 500) and code not in _PERMANENT_429_CODES:
-            raise ModelUnavailableError(f'{name} is unavailable: {status} ({reason})', status_code=status) from exc
+            # A rate limit gets its own type: the workflow's retry waits longer for it than for an outage.
+            unavailable = ModelThrottledError if status == 429 else ModelUnavailableError
+            raise unavailable(
+                f'{name} is unavailable: {status} ({reason})',
+                status_code=status,
+                retry_after_s=retry_after_s(exc.response.headers),
+            ) from exc
         hint = {
             401: ': check OPENAI_API_KEY (deployed stacks: the OpenAI secret)',
             403: ': the key may not use this model',

@@ -143,6 +143,7 @@ class ConverseReply:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     delay_s: float = 0.0
+    retry_after: str | None = None
 
     @classmethod
     def text(cls, text: str, *, stop_reason: str = 'end_turn', delay_s: float = 0.0, **usage: int) -> ConverseReply:
@@ -160,9 +161,11 @@ class ConverseReply:
         return cls(content=tuple(blocks), stop_reason='tool_use', delay_s=delay_s)
 
     @classmethod
-    def error(cls, code: str, message: str = 'scripted failure', *, delay_s: float = 0.0) -> ConverseReply:
-        """A Bedrock error (the status follows the code, as in the service model)."""
-        return cls(error_code=code, error_message=message, delay_s=delay_s)
+    def error(
+        cls, code: str, message: str = 'scripted failure', *, delay_s: float = 0.0, retry_after: str | None = None
+    ) -> ConverseReply:
+        """A Bedrock error (the status follows the code, as in the service model), with a `Retry-After` when given."""
+        return cls(error_code=code, error_message=message, delay_s=delay_s, retry_after=retry_after)
 
     def body(self) -> dict[str, Any]:
         """The Converse response body."""
@@ -367,7 +370,7 @@ def _make_request_handler(fake: FakeBedrock) -> type[BaseHTTPRequestHandler]:
             if reply is not None and reply.error_code:
                 status, payload = _error_body(reply.error_code, reply.error_message)
                 fake._answered(call, status)
-                self._send(status, payload, reply.error_code)
+                self._send(status, payload, reply.error_code, retry_after=reply.retry_after)
             elif isinstance(request, ConverseRequest):
                 assert reply is not None
                 fake._answered(call, 200)
@@ -376,13 +379,17 @@ def _make_request_handler(fake: FakeBedrock) -> type[BaseHTTPRequestHandler]:
                 fake._answered(call, 200)
                 self._send(200, fake.embedding(request))
 
-        def _send(self, status: int, body: dict[str, Any], error_type: str | None = None) -> None:
+        def _send(
+            self, status: int, body: dict[str, Any], error_type: str | None = None, *, retry_after: str | None = None
+        ) -> None:
             payload = json.dumps(body).encode()
             try:
                 self.send_response(status)
                 self.send_header('Content-Type', 'application/json')
                 self.send_header('Content-Length', str(len(payload)))
                 self.send_header('x-amzn-RequestId', 'fake-request-id')
+                if retry_after is not None:
+                    self.send_header('Retry-After', retry_after)
                 if error_type:
                     self.send_header(
                         'x-amzn-ErrorType', f'{error_type}:http://internal.amazon.com/coral/com.amazon.bedrock/'

@@ -21,7 +21,7 @@ import struct
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from http import HTTPStatus
@@ -166,6 +166,7 @@ class ChatReply:
     completion_tokens: int = 7
     cached_tokens: int = 0
     delay_s: float = 0.0
+    headers: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def text(cls, text: str, *, finish_reason: str = 'stop', delay_s: float = 0.0) -> ChatReply:
@@ -182,10 +183,23 @@ class ChatReply:
 
     @classmethod
     def error(
-        cls, status: int, message: str = 'scripted failure', *, code: str | None = None, delay_s: float = 0.0
+        cls,
+        status: int,
+        message: str = 'scripted failure',
+        *,
+        code: str | None = None,
+        delay_s: float = 0.0,
+        headers: Mapping[str, str] | None = None,
     ) -> ChatReply:
-        """An OpenAI-style error answer (`code` as OpenAI sends it, e.g. `insufficient_quota` on a 429)."""
-        return cls(status=status, error_message=message, error_code=code, delay_s=delay_s)
+        """An OpenAI-style error answer (`code` as OpenAI sends it, e.g. `insufficient_quota` on a 429), with extra
+        `headers` (e.g. `retry-after-ms`) when given."""
+        return cls(
+            status=status,
+            error_message=message,
+            error_code=code,
+            delay_s=delay_s,
+            headers=tuple((headers or {}).items()),
+        )
 
     def after(self, delay_s: float) -> ChatReply:
         """The same reply, sent after `delay_s` seconds."""
@@ -475,18 +489,22 @@ def _make_request_handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             fake._wait(reply.delay_s)
             call.status = reply.status
             if reply.status != 200:
-                self._send_json(reply.status, error_body(reply.status, reply.error_message, reply.error_code))
+                self._send_json(
+                    reply.status, error_body(reply.status, reply.error_message, reply.error_code), reply.headers
+                )
             elif request.stream:
                 self._send_events(fake.chat_chunks(request, reply))
             else:
                 self._send_json(200, fake.chat_completion(request, reply))
 
-        def _send_json(self, status: int, body: dict[str, Any]) -> None:
+        def _send_json(self, status: int, body: dict[str, Any], headers: Iterable[tuple[str, str]] = ()) -> None:
             payload = json.dumps(body).encode()
             try:
                 self.send_response(status)
                 self.send_header('Content-Type', 'application/json')
                 self.send_header('Content-Length', str(len(payload)))
+                for name, value in headers:
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(payload)
                 self.wfile.flush()

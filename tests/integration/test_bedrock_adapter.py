@@ -13,7 +13,13 @@ import pytest
 from om_lib.adapters.bedrock_embedder import BedrockEmbedder
 from om_lib.adapters.bedrock_model import BedrockLanguageModel
 from om_lib.clock import SystemClock
-from om_lib.errors import DeadlineExceededError, ModelOutputError, ModelRequestError, ModelUnavailableError
+from om_lib.errors import (
+    DeadlineExceededError,
+    ModelOutputError,
+    ModelRequestError,
+    ModelThrottledError,
+    ModelUnavailableError,
+)
 from om_lib.llm import Content, FunctionCall, FunctionDeclaration, FunctionResponse, InlineBlob, ModelRequest
 from om_lib.model_router import ModelRouter
 from om_lib.model_spec import ModelFallbacks, ModelRef
@@ -179,17 +185,18 @@ def test_bedrock_adapter_sends_loose_tool_turns_as_text(server: FakeBedrock, mod
 
 
 @pytest.mark.parametrize(
-    ('code', 'status'),
+    ('code', 'status', 'throttled'),
     [
-        ('ThrottlingException', 429),
-        ('ServiceUnavailableException', 503),
-        ('InternalServerException', 500),
-        ('ModelTimeoutException', 408),
-        ('ModelNotReadyException', 429),
+        ('ThrottlingException', 429, True),
+        ('ServiceQuotaExceededException', 400, True),
+        ('ServiceUnavailableException', 503, False),
+        ('InternalServerException', 500, False),
+        ('ModelTimeoutException', 408, False),
+        ('ModelNotReadyException', 429, False),
     ],
 )
 def test_bedrock_adapter_transient_errors_are_unavailable(
-    server: FakeBedrock, model: BedrockLanguageModel, code: str, status: int
+    server: FakeBedrock, model: BedrockLanguageModel, code: str, status: int, throttled: bool
 ) -> None:
     server.script(NOVA, ConverseReply.error(code), ConverseReply.text('never reached'))
 
@@ -197,6 +204,9 @@ def test_bedrock_adapter_transient_errors_are_unavailable(
         model.generate(NOVA, request(), timeout_s=10)
 
     assert info.value.status_code == status and code in str(info.value)
+    # A rate limit or quota is ModelThrottledError: the reflection workflow waits longer before retrying it
+    assert isinstance(info.value, ModelThrottledError) == throttled
+    assert info.value.retry_after_s is None  # Bedrock sent no Retry-After
     assert len(server.calls) == 1  # botocore did not retry on its own
 
 
@@ -266,12 +276,15 @@ def test_router_retries_throttling_and_never_retries_access_denied(
     router = ModelRouter({'bedrock': model}, clock=SystemClock(), sleep=sleeps.append)
     deadline = time.monotonic() + 30
 
-    # Throttled twice, then an answer: retried with backoff on the same model
-    server.script(NOVA, ConverseReply.error('ThrottlingException'), ConverseReply.error('ThrottlingException'))
+    # Throttled twice (the second time with a Retry-After, as a gateway in front of Bedrock may send), then an
+    # answer: retried with backoff on the same model, waiting at least as long as asked
+    server.script(
+        NOVA, ConverseReply.error('ThrottlingException'), ConverseReply.error('ThrottlingException', retry_after='9')
+    )
     answer = router.generate(ModelRef('bedrock', NOVA), request(), input_tokens=10, deadline=deadline)
     assert answer.model == f'bedrock/{NOVA}'
     assert [call.status for call in server.calls] == [429, 429, 200]
-    assert len(sleeps) == 2 and sleeps[1] > sleeps[0]
+    assert len(sleeps) == 2 and sleeps[0] < 2 and sleeps[1] == 9.0
 
     # Access denied: not retried; a fallback list moves on to its next model at once
     server.reset()

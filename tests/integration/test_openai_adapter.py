@@ -13,8 +13,11 @@ import pytest
 
 from om_lib.adapters.openai_embedder import OpenAIEmbedder
 from om_lib.adapters.openai_model import OpenAILanguageModel
-from om_lib.errors import ModelOutputError, ModelRequestError, ModelUnavailableError
+from om_lib.clock import SystemClock
+from om_lib.errors import ModelOutputError, ModelRequestError, ModelThrottledError, ModelUnavailableError
 from om_lib.llm import Content, FunctionCall, FunctionDeclaration, FunctionResponse, InlineBlob, ModelRequest
+from om_lib.model_router import ModelRouter
+from om_lib.model_spec import ModelRef
 from tests.fakes.fake_openai import ChatReply, FakeOpenAI, ToolCall, fake_openai_env
 from tests.fakes.model_guard import loopback_only
 
@@ -137,7 +140,28 @@ def test_openai_adapter_transient_errors_are_unavailable(
         model.generate(MODEL, request(), timeout_s=10)
 
     assert info.value.status_code == status
+    assert isinstance(info.value, ModelThrottledError) == (status == 429)
     assert len(server.chat_requests) == 1  # the client did not retry on its own
+
+
+def test_openai_adapter_reads_retry_after_and_the_router_waits_for_it(
+    server: FakeOpenAI, model: OpenAILanguageModel
+) -> None:
+    # Given a rate limit asking for 2.5 s (OpenAI's retry-after-ms) and an outage asking for 4 s (Retry-After)
+    server.script(
+        ChatReply.error(429, 'slow down', code='rate_limit_exceeded', headers={'retry-after-ms': '2500'}),
+        ChatReply.error(503, 'overloaded', headers={'Retry-After': '4'}),
+        ChatReply.text('at last'),
+    )
+    sleeps: list[float] = []
+    router = ModelRouter({'openai': model}, clock=SystemClock(), sleep=sleeps.append)
+
+    answer = router.generate(ModelRef('openai', MODEL), request(), input_tokens=10, deadline=time.monotonic() + 30)
+
+    # Then the router retried after at least as long as each answer asked (its own backoff is ~1 s, then ~2 s)
+    assert answer.text == 'at last'
+    assert sleeps == [2.5, 4.0]
+    assert [call.status for call in server.calls] == [429, 503, 200]
 
 
 @pytest.mark.parametrize(
