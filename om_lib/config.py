@@ -32,7 +32,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from om_lib.errors import ConfigError
-from om_lib.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelSpec
+from om_lib.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelSpec, model_refs
 from om_lib.thresholds import (
     ThresholdRange,
     calculate_dynamic_threshold,
@@ -48,6 +48,7 @@ __all__ = [
     'GenerateTitleConfig',
     'MessageRange',
     'ModelFallbackEntry',
+    'ModelRole',
     'ModelSettings',
     'ModelSpec',
     'ModelTiers',
@@ -70,12 +71,15 @@ __all__ = [
 DEFAULT_MODEL = 'google/gemini-2.5-flash'
 """What `"default"` (and an unset model) means."""
 
-KNOWN_PROVIDERS: tuple[str, ...] = ('google', 'offline')
-"""Providers this build can call; any other provider is refused at start-up."""
+KNOWN_PROVIDERS: tuple[str, ...] = ('google', 'bedrock', 'openai', 'offline')
+"""Providers this build can call (`google/…` Gemini, `bedrock/…` Bedrock Converse, `openai/…` any OpenAI-compatible
+endpoint); any other provider is refused at start-up."""
 
 DOCS_MODELS_URL = 'https://mastra.ai/docs/memory/observational-memory#models'
 
 Scope: TypeAlias = Literal['thread', 'resource']
+ModelRole: TypeAlias = Literal['observer', 'reflector', 'actor', 'title']
+"""The roles a configured model plays (embeddings are configured apart, by OM_EMBEDDING_MODEL)."""
 
 # Reference defaults (spec §3.1).
 DEFAULT_MESSAGE_TOKENS = 30_000
@@ -242,11 +246,7 @@ def _is_default_model(setting: str | ModelTiers | list[ModelFallbackEntry] | Non
 
 def _uses_google(spec: ModelSpec) -> bool:
     """Whether any model a spec can pick is a Google model (thinking budgets only apply there)."""
-    if isinstance(spec, ModelRef):
-        return spec.provider == 'google'
-    if isinstance(spec, ModelByInputTokens):
-        return any(ref.provider == 'google' for _, ref in spec.tiers)
-    return any(ref.provider == 'google' for ref, _ in spec.entries)
+    return any(ref.provider == 'google' for ref in model_refs(spec))
 
 
 class ModelSettings(_Doc):
@@ -525,6 +525,24 @@ class ResolvedOMConfig:
     semantic_recall: SemanticRecallSettings | None
     title_generation: TitleGenerationSettings | None
     last_messages: int = DEFAULT_LAST_MESSAGES
+
+    def models_by_role(self) -> dict[ModelRole, tuple[ModelRef, ...]]:
+        """Every model each role may call (each size tier and fallback entry); roles that are off are left out.
+
+        What a deployment must give access to (the CDK app's grants) and what a local run needs credentials for.
+        """
+        roles: dict[ModelRole, tuple[ModelRef, ...]] = {'actor': model_refs(self.actor_model)}
+        if self.enabled:
+            roles['observer'] = model_refs(self.observer_model)
+            roles['reflector'] = model_refs(self.reflector_model)
+        if self.title_generation is not None:
+            roles['title'] = model_refs(self.title_generation.model)
+        return roles
+
+    @property
+    def semantic_search(self) -> bool:
+        """Semantic search is on (`retrieval.vector` or `semanticRecall`), so messages are embedded."""
+        return (self.retrieval is not None and self.retrieval.vector) or self.semantic_recall is not None
 
     def max_message_threshold(self) -> int:
         """The largest observation threshold (`getMaxThreshold(messageTokens)`)."""

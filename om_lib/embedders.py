@@ -17,6 +17,29 @@ from om_lib.vectors import normalise
 
 _WORD = re.compile(r'[\w]+', re.UNICODE)
 
+DEFAULT_EMBEDDING_MODEL = 'google/gemini-embedding-001'
+"""What OM_EMBEDDING_MODEL means when unset."""
+DEFAULT_EMBEDDING_DIMENSIONS = 256
+"""What OM_EMBEDDING_DIMENSIONS means when unset (a size Gemini, Titan v2 and text-embedding-3 all produce)."""
+
+# Providers with an embedding API (OM_EMBEDDING_MODEL=<provider>/<model>).
+EMBEDDING_PROVIDERS = ('google', 'bedrock', 'openai')
+
+
+def check_embedding_model(name: str) -> str:
+    """`name` if it names an embedder: `<provider>/<model>` of an embedding provider, `local` or `hashing`.
+
+    Raises:
+        ValueError: Anything else; the message lists the forms.
+    """
+    provider, slash, model_id = name.partition('/')
+    if name in ('local', 'hashing') or (provider in EMBEDDING_PROVIDERS and slash and model_id):
+        return name
+    raise ValueError(
+        f'{name!r} is not an embedder: use google/<model>, bedrock/amazon.titan-embed-text-v2:0, openai/<model>, '
+        'local or hashing'
+    )
+
 
 class HashingEmbedder:
     """Feature-hashed bag of words (lower-cased, with adjacent pairs), normalised. No semantics: keyword overlap."""

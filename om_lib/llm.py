@@ -77,13 +77,24 @@ class ModelRequest:
 
 @dataclass(frozen=True)
 class Usage:
-    """Token usage the provider reported (0 when unknown)."""
+    """Token usage the provider reported (0 when unknown).
+
+    `input_tokens` counts every input token, cached or not; `cache_read_tokens` / `cache_write_tokens` say how many of
+    them the provider's prompt cache served or stored (Bedrock cache points, OpenAI's automatic caching).
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+        )
 
 
 @dataclass(frozen=True)

@@ -138,3 +138,12 @@ class ModelFallbacks:
 
 ModelSpec = ModelRef | ModelByInputTokens | ModelFallbacks
 """Anything a role's `model` setting can be."""
+
+
+def model_refs(spec: ModelSpec) -> tuple[ModelRef, ...]:
+    """Every model a spec can call: the model itself, each `upTo` tier's, or each fallback entry's (in order)."""
+    if isinstance(spec, ModelRef):
+        return (spec,)
+    if isinstance(spec, ModelByInputTokens):
+        return tuple(ref for _, ref in spec.tiers)
+    return tuple(ref for ref, _ in spec.entries)

@@ -7,7 +7,7 @@ The key policy is the whole story of who may use the key (the account's IAM poli
   (a reader of the bucket may decrypt, not encrypt);
 - CloudWatch Logs uses it for this account's log groups, CloudWatch alarms for the encrypted alarm topic;
 - the deployment role creates the table and the secret with it (through DynamoDB and Secrets Manager only);
-- operators named with `-c operatorRoleArns=...` may put the Gemini key and inspect or redrive the dead-letter queue
+- operators named with `-c operatorRoleArns=...` may put the model API keys and inspect or redrive the dead-letter queue
   (through Secrets Manager and SQS only).
 
 The policy is built by this construct alone: the key handed to other constructs is a reference (`key`), so their

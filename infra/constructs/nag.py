@@ -20,3 +20,23 @@ def logical_id(resource: IConstruct) -> str:
     assert isinstance(cfn, CfnResource), resource.node.path
     stack = Stack.of(cfn)
     return str(stack.resolve(stack.get_logical_id(cfn)))
+
+
+def nag_text(scope: IConstruct, value: str) -> str:
+    """`value` as cdk-nag writes it in a finding id: tokens resolved, pseudo parameters as `<AWS::Partition>` etc."""
+    import json
+
+    resolved = Stack.of(scope).resolve(value)
+    if isinstance(resolved, str):
+        return resolved
+    # Fn::Join of literals and Refs to pseudo parameters (what an ARN built from Aws.PARTITION ... becomes).
+    parts = resolved.get('Fn::Join', [None, []])[1] if isinstance(resolved, dict) else []
+    text = ''
+    for part in parts:
+        if isinstance(part, str):
+            text += part
+        elif isinstance(part, dict) and 'Ref' in part:
+            text += f'<{part["Ref"]}>'
+        else:
+            text += json.dumps(part)
+    return text

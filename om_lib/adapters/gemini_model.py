@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from om_lib.adapters.retry_after import retry_after_s
 from om_lib.errors import (
     DeadlineExceededError,
     ModelOutputError,
@@ -298,23 +299,13 @@ def _map_errors(sdk: _Sdk, model_id: str) -> Iterator[None]:
         raise unavailable(
             f'Gemini is unavailable for {model_id}: {status} {exc.status or ""}'.rstrip(),
             status_code=status if isinstance(status, int) else None,
-            retry_after_s=_retry_after(exc),
+            retry_after_s=retry_after_s(getattr(getattr(exc, 'response', None), 'headers', None)),
         ) from exc
     except sdk.errors.UnknownApiResponseError as exc:
         # A body that is not JSON comes from a proxy or load balancer in trouble, not from the model.
         raise ModelUnavailableError(f'Gemini returned a non-JSON response for {model_id}') from exc
     except sdk.transport_errors as exc:
         raise ModelUnavailableError(f'could not reach Gemini for {model_id}: {type(exc).__name__}') from exc
-
-
-def _retry_after(exc: Any) -> float | None:
-    """The `Retry-After` header of a 429/503 (seconds; an HTTP date is ignored), when the provider sent one."""
-    headers = getattr(getattr(exc, 'response', None), 'headers', None)
-    value = headers.get('retry-after') if headers is not None else None
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except (TypeError, ValueError):
-        return None
 
 
 def _to_content(sdk: _Sdk, content: Content) -> genai_types.Content:

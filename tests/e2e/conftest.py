@@ -81,8 +81,13 @@ def gemini() -> Iterator[tuple[FakeGemini, RoleAwareGemini]]:
 
 
 @contextmanager
-def running_stack(server: FakeGemini, config: dict[str, Any]) -> Iterator[LocalStack]:
-    """A local stack with `config`, its functions pointed at the fake Gemini `server` (skips outside a clean env)."""
+def running_stack(
+    server: FakeGemini, config: dict[str, Any], extra_env: dict[str, str] | None = None
+) -> Iterator[LocalStack]:
+    """A local stack with `config`, its functions pointed at the fake Gemini `server` (skips outside a clean env).
+
+    `extra_env` adds to the functions' environment (other fakes' endpoints, OM_EMBEDDING_MODEL, ...).
+    """
     for name in ('AWS_ENDPOINT_URL', 'GOOGLE_API_KEY'):
         if os.environ.get(name):
             pytest.skip(f'{name} is set; the e2e stack needs the embedded emulator and the fake Gemini only')
@@ -90,6 +95,7 @@ def running_stack(server: FakeGemini, config: dict[str, Any]) -> Iterator[LocalS
         **fake_gemini_env(server),
         'POWERTOOLS_LOG_LEVEL': 'WARNING',
         'POWERTOOLS_METRICS_DISABLED': 'true',
+        **(extra_env or {}),
     }
     # Short visibility timeout: a failed job is redelivered (and a poison one dead-lettered) within seconds.
     with LocalStack(port=0, config=config, env=env, sweep_interval_s=None, visibility_timeout_s=2) as running:

@@ -21,7 +21,7 @@ import struct
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from http import HTTPStatus
@@ -161,9 +161,12 @@ class ChatReply:
     finish_reason: str | None = None
     status: int = 200
     error_message: str = ''
+    error_code: str | None = None
     prompt_tokens: int = 11
     completion_tokens: int = 7
+    cached_tokens: int = 0
     delay_s: float = 0.0
+    headers: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def text(cls, text: str, *, finish_reason: str = 'stop', delay_s: float = 0.0) -> ChatReply:
@@ -179,9 +182,24 @@ class ChatReply:
         return cls(content=text, calls=made, finish_reason='tool_calls', delay_s=delay_s)
 
     @classmethod
-    def error(cls, status: int, message: str = 'scripted failure', *, delay_s: float = 0.0) -> ChatReply:
-        """An OpenAI-style error answer."""
-        return cls(status=status, error_message=message, delay_s=delay_s)
+    def error(
+        cls,
+        status: int,
+        message: str = 'scripted failure',
+        *,
+        code: str | None = None,
+        delay_s: float = 0.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> ChatReply:
+        """An OpenAI-style error answer (`code` as OpenAI sends it, e.g. `insufficient_quota` on a 429), with extra
+        `headers` (e.g. `retry-after-ms`) when given."""
+        return cls(
+            status=status,
+            error_message=message,
+            error_code=code,
+            delay_s=delay_s,
+            headers=tuple((headers or {}).items()),
+        )
 
     def after(self, delay_s: float) -> ChatReply:
         """The same reply, sent after `delay_s` seconds."""
@@ -407,11 +425,12 @@ def _finish(reply: ChatReply) -> str:
     return reply.finish_reason or ('tool_calls' if reply.calls else 'stop')
 
 
-def _usage(reply: ChatReply) -> dict[str, int]:
+def _usage(reply: ChatReply) -> dict[str, Any]:
     return {
         'prompt_tokens': reply.prompt_tokens,
         'completion_tokens': reply.completion_tokens,
         'total_tokens': reply.prompt_tokens + reply.completion_tokens,
+        'prompt_tokens_details': {'cached_tokens': reply.cached_tokens},
     }
 
 
@@ -423,14 +442,17 @@ def _pieces(text: str, count: int = 3) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def error_body(status: int, message: str) -> dict[str, Any]:
+def error_body(status: int, message: str, code: str | None = None) -> dict[str, Any]:
     """An OpenAI-style error object."""
-    return {'error': {'message': message, 'type': _ERROR_TYPES.get(status, 'api_error'), 'param': None, 'code': None}}
+    return {'error': {'message': message, 'type': _ERROR_TYPES.get(status, 'api_error'), 'param': None, 'code': code}}
 
 
 def _make_request_handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
     class _Handler(BaseHTTPRequestHandler):
         protocol_version = 'HTTP/1.1'
+        # Headers and body go out as two writes on a kept-alive connection: without TCP_NODELAY the body waits for
+        # the client's delayed ACK (~40 ms a call).
+        disable_nagle_algorithm = True
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             path = self.path.split('?', 1)[0].rstrip('/')
@@ -467,18 +489,22 @@ def _make_request_handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             fake._wait(reply.delay_s)
             call.status = reply.status
             if reply.status != 200:
-                self._send_json(reply.status, error_body(reply.status, reply.error_message))
+                self._send_json(
+                    reply.status, error_body(reply.status, reply.error_message, reply.error_code), reply.headers
+                )
             elif request.stream:
                 self._send_events(fake.chat_chunks(request, reply))
             else:
                 self._send_json(200, fake.chat_completion(request, reply))
 
-        def _send_json(self, status: int, body: dict[str, Any]) -> None:
+        def _send_json(self, status: int, body: dict[str, Any], headers: Iterable[tuple[str, str]] = ()) -> None:
             payload = json.dumps(body).encode()
             try:
                 self.send_response(status)
                 self.send_header('Content-Type', 'application/json')
                 self.send_header('Content-Length', str(len(payload)))
+                for name, value in headers:
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(payload)
                 self.wfile.flush()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +14,7 @@ import pytest
 os.environ.setdefault('JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION', '20')
 
 from infra.app import build_app  # noqa: E402 - after the environment above; importing it puts node on PATH
+from infra.constants import REPO_ROOT  # noqa: E402
 from infra.om_stack import OmStack  # noqa: E402
 
 Synth = Callable[..., tuple[OmStack, Any]]
@@ -67,3 +71,35 @@ def variant_stack() -> tuple[OmStack, Any]:
 def variant(variant_stack: tuple[OmStack, Any]) -> dict[str, dict[str, Any]]:
     """The variant stack's resources."""
     return variant_stack[1].to_json()['Resources']
+
+
+# A Bedrock inference profile's foundation model is granted in every region, acknowledged per model: the README lists
+# the finding once, with `<model>` for the id.
+_FOUNDATION_MODEL = re.compile(r'(bedrock:\*::foundation-model/).+$')
+
+
+def assert_nag_clean_and_listed_in_readme(outdir: Path) -> None:
+    """The synthesised app in `outdir` has no unacknowledged AwsSolutions finding, and the README lists each
+    acknowledged one (rule, resource and, for wildcards, the exact finding) with a written reason."""
+    report = json.loads((outdir / 'validation-report.json').read_text())
+    plugins = {plugin['pluginName']: plugin for plugin in report['pluginReports']}
+    assert set(plugins) == {'AwsSolutions'}
+    plugin = plugins['AwsSolutions']
+    assert plugin['conclusion'] == 'success' and not plugin['violations'], plugin['violations']
+    text = (REPO_ROOT / 'README.md').read_text(encoding='utf-8')
+    start = text.index('### cdk-nag findings we accept')
+    readme = text[start : text.index('\n## ', start)]
+    for acknowledged in plugin['suppressedViolations']:
+        rule = acknowledged['acknowledgedId'].split('::', 1)[1]  # AwsSolutions-IAM5[Resource::*]
+        where = acknowledged['acknowledgedAt'].split('/', 1)[1]  # the construct, without the stack
+        assert len(acknowledged['reason']) > 40, acknowledged
+        # On a resource, never the stack or the app; IAM5 (wildcards) always names the exact finding (appliesTo).
+        assert '/' in where or where in {'MemoryApi', 'MemoryBucket'}, where
+        if 'IAM5' in rule or 'IAM4' in rule:
+            assert '[' in rule, rule
+        base, _, finding = rule.partition('[')
+        lines = [line for line in readme.splitlines() if f'`{base}`' in line and f'`{where}`' in line]
+        assert lines, f'README "cdk-nag findings we accept" lists no {base} on {where}'
+        if finding:
+            listed = _FOUNDATION_MODEL.sub(r'\1<model>', finding.rstrip(']'))
+            assert any(f'`{listed}`' in line for line in lines), (base, where, finding)

@@ -19,13 +19,12 @@ from infra.constants import (
     API_P99_LATENCY_MS,
     QUEUE_MAX_CONCURRENCY,
     REFLECTION_FUNCTION,
-    REPO_ROOT,
     STATE_MACHINE_ASL,
     SWEEPER_FUNCTION,
     WAF_RATE_LIMIT_PER_5_MIN,
 )
 from infra.constructs.api_firewall import decimal_greater_than
-from tests.infra.conftest import FAST, VARIANT
+from tests.infra.conftest import FAST, VARIANT, assert_nag_clean_and_listed_in_readme
 
 Resources = dict[str, dict[str, Any]]
 
@@ -262,21 +261,6 @@ def test_outputs_name_the_alarm_topic_key_acl_and_dashboard(template: Any, varia
 # ---- 7. cdk-nag ------------------------------------------------------------------------------------------------------
 
 
-def _nag_report(tmp_path: Path, context: dict[str, str]) -> dict[str, Any]:
-    app, _stack = build_app({**FAST, **context}, outdir=str(tmp_path))
-    app.synth()  # raises on any unacknowledged AwsSolutions finding
-    report = json.loads((tmp_path / 'validation-report.json').read_text())
-    plugins = {plugin['pluginName']: plugin for plugin in report['pluginReports']}
-    assert set(plugins) == {'AwsSolutions'}
-    return plugins['AwsSolutions']
-
-
-def _readme_nag_section() -> str:
-    text = (REPO_ROOT / 'README.md').read_text(encoding='utf-8')
-    start = text.index('### cdk-nag findings we accept')
-    return text[start : text.index('\n## ', start)]
-
-
 @pytest.mark.parametrize(
     'context',
     [{}, {'authMode': 'none'}, {'authMode': 'jwt', 'userPoolId': 'eu-west-1_AbC123'}, VARIANT],
@@ -285,19 +269,6 @@ def _readme_nag_section() -> str:
 def test_cdk_nag_has_no_unacknowledged_finding_and_the_readme_lists_each(
     tmp_path: Path, context: dict[str, str]
 ) -> None:
-    plugin = _nag_report(tmp_path, context)
-    assert plugin['conclusion'] == 'success' and not plugin['violations'], plugin['violations']
-    readme = _readme_nag_section()
-    for acknowledged in plugin['suppressedViolations']:
-        rule = acknowledged['acknowledgedId'].split('::', 1)[1]  # AwsSolutions-IAM5[Resource::*]
-        where = acknowledged['acknowledgedAt'].split('/', 1)[1]  # the construct, without the stack
-        assert len(acknowledged['reason']) > 40, acknowledged
-        # On a resource, never the stack or the app; IAM5 (wildcards) always names the exact finding (appliesTo).
-        assert '/' in where or where in {'MemoryApi', 'MemoryBucket'}, where
-        if 'IAM5' in rule or 'IAM4' in rule:
-            assert '[' in rule, rule
-        base, _, finding = rule.partition('[')
-        lines = [line for line in readme.splitlines() if f'`{base}`' in line and f'`{where}`' in line]
-        assert lines, f'README "cdk-nag findings we accept" lists no {base} on {where}'
-        if finding:
-            assert any(f'`{finding.rstrip("]")}`' in line for line in lines), (base, where, finding)
+    app, _stack = build_app({**FAST, **context}, outdir=str(tmp_path))
+    app.synth()  # raises on any unacknowledged AwsSolutions finding
+    assert_nag_clean_and_listed_in_readme(tmp_path)

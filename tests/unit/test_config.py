@@ -336,17 +336,39 @@ def test_config_a8_model_default_is_accepted() -> None:
 @pytest.mark.parametrize(
     ('field', 'document'),
     [
-        ('model', {'model': 'openai/gpt-5'}),
+        ('model', {'model': 'mistral/mistral-large'}),
         ('observation.model', {'observation': {'model': 'anthropic/claude'}}),
-        ('actorModel', {'actorModel': 'openai/gpt-4o'}),
-        ('generateTitle.model', {'generateTitle': {'model': 'openai/gpt-4o-mini'}}),
+        ('actorModel', {'actorModel': 'azure/gpt-4o'}),
+        ('generateTitle.model', {'generateTitle': {'model': 'cohere/command-r'}}),
     ],
 )
 def test_config_unknown_provider_is_refused_naming_field_and_known_providers(
     field: str, document: dict[str, Any]
 ) -> None:
-    text = refused(document, 'unknown model provider', 'google, offline')
+    text = refused(document, 'unknown model provider', 'google, bedrock, openai, offline')
     assert field in text
+
+
+def test_config_bedrock_and_openai_models_are_accepted_for_every_role() -> None:
+    # Given a different provider per role, in every form a model setting takes
+    document = {
+        'observation': {'model': 'bedrock/us.amazon.nova-lite-v1:0'},
+        'reflection': {'model': {'upTo': {'20000': 'bedrock/amazon.nova-micro-v1:0', '200000': 'openai/gpt-4.1'}}},
+        'actorModel': [{'model': 'openai/gpt-4o-mini', 'maxRetries': 1}, {'model': 'bedrock/arn:aws:bedrock:x'}],
+        'generateTitle': {'model': 'openai/llama3.1:8b'},
+    }
+    settings = resolve(document)
+    # Then every model id is kept unchanged after the provider, and no Google thinking budget is set
+    assert settings.observer_model == ModelRef('bedrock', 'us.amazon.nova-lite-v1:0')
+    assert isinstance(settings.reflector_model, ModelByInputTokens)
+    assert settings.reflector_model.resolve(50000) == ModelRef('openai', 'gpt-4.1')
+    assert settings.actor_model == ModelFallbacks(
+        entries=((ModelRef('openai', 'gpt-4o-mini'), 1), (ModelRef('bedrock', 'arn:aws:bedrock:x'), 0))
+    )
+    assert settings.title_generation is not None
+    assert settings.title_generation.model == ModelRef('openai', 'llama3.1:8b')
+    assert settings.observer_thinking_budget is None and settings.reflector_thinking_budget is None
+    refused({'model': 'bedrock'}, 'needs a model id')
 
 
 def test_config_provider_without_model_id_is_refused() -> None:
@@ -380,7 +402,7 @@ def test_config_m65_model_by_input_tokens() -> None:
     refused({'model': {'upTo': {'0': 'default'}}}, 'threshold keys must be positive numbers. Got: 0')
     refused({'model': {'upTo': {'-1': 'default'}}}, 'threshold keys must be positive numbers. Got: -1')
     refused({'model': {'upTo': {'lots': 'default'}}}, 'threshold keys must be positive numbers')
-    refused({'model': {'upTo': {'10': 'openai/x'}}}, 'unknown model provider')
+    refused({'model': {'upTo': {'10': 'vertex/x'}}}, 'unknown model provider')
 
 
 def test_parse_model_spec_forms() -> None:
@@ -564,7 +586,7 @@ def test_load_config_validation_error_names_source_field_and_rule(tmp_path: Any)
     assert 'observation.messageTokens: Input should be greater than 0' in message
 
     with pytest.raises(ConfigError, match=r'model\[0\]\.model: unknown model provider'):
-        load_config(env={'OM_CONFIG': json.dumps({'model': [{'model': 'openai/x'}]})})
+        load_config(env={'OM_CONFIG': json.dumps({'model': [{'model': 'vertex/x'}]})})
 
 
 def test_load_config_bad_json_and_missing_file(tmp_path: Any) -> None:

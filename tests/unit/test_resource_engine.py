@@ -19,7 +19,9 @@ def echo_observer(request: ModelRequest) -> str:
     prompt = request.contents[0].parts[0]
     assert isinstance(prompt, str)
     sections = []
-    for shown, transcript in THREAD_INPUT.findall(prompt):
+    # Only the new messages: the previous observations above them hold `<thread>` sections too.
+    new_messages = prompt.split('## New Message History to Observe', 1)[-1]
+    for shown, transcript in THREAD_INPUT.findall(new_messages):
         said = next((line.split(': ', 1)[1] for line in transcript.splitlines() if line.startswith('User')), '?')
         sections.append(
             f'<thread id="{shown}">\nDate: Jan 1, 2025\n* 🔴 (09:00) User said: {said[:80]}\n'

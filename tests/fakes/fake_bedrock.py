@@ -1,0 +1,418 @@
+"""A loopback fake of the Bedrock Runtime API (Converse, and InvokeModel for Titan text embeddings).
+
+It speaks the REST-JSON wire protocol, so the real boto3 `bedrock-runtime` client talks to it unchanged once
+`AWS_ENDPOINT_URL_BEDROCK_RUNTIME` points at it (dummy credentials: the fake reads no signature, but it records that
+the request was SigV4-signed). Errors carry the `X-Amzn-ErrorType` header botocore maps to its exception codes
+(ThrottlingException, ValidationException, AccessDeniedException, ResourceNotFoundException, ...).
+
+    with FakeBedrock() as server:
+        server.script('us.amazon.nova-lite-v1:0', ConverseReply.error('ThrottlingException'), ConverseReply.text('hi'))
+        ...
+        assert server.converse_requests[-1].system_text.startswith('You are')
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import unquote
+
+from om_lib.embedders import HashingEmbedder
+
+# POST /model/<modelId>/converse | /model/<modelId>/invoke; botocore percent-encodes the id (ARNs hold `/` and `:`).
+_ROUTE = re.compile(r'^/model/(?P<model>[^/]+)/(?P<operation>converse|invoke)$')
+
+# The HTTP status of each error code, as in the service model.
+ERROR_STATUS = {
+    'ThrottlingException': 429,
+    'ValidationException': 400,
+    'AccessDeniedException': 403,
+    'ResourceNotFoundException': 404,
+    'ModelTimeoutException': 408,
+    'ModelNotReadyException': 429,
+    'ModelErrorException': 424,
+    'ServiceQuotaExceededException': 400,
+    'InternalServerException': 500,
+    'ServiceUnavailableException': 503,
+}
+
+
+def _blocks_text(blocks: Any) -> str:
+    return ''.join(block.get('text', '') for block in blocks or [] if isinstance(block, dict))
+
+
+@dataclass(frozen=True)
+class ConverseRequest:
+    """One `POST /model/{modelId}/converse` as received (blobs are base64 on the wire; the accessors decode them)."""
+
+    model_id: str
+    body: dict[str, Any]
+    headers: Mapping[str, str]
+
+    @property
+    def signed(self) -> bool:
+        """Whether the client signed the request (SigV4 `Authorization` header)."""
+        return self.headers.get('authorization', '').startswith('AWS4-HMAC-SHA256')
+
+    @property
+    def system_text(self) -> str:
+        """All text of `system`."""
+        return _blocks_text(self.body.get('system'))
+
+    @property
+    def system_cache_points(self) -> int:
+        """How many `cachePoint` blocks `system` carries."""
+        return sum(1 for block in self.body.get('system') or [] if 'cachePoint' in block)
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The `messages` array."""
+        return list(self.body.get('messages') or [])
+
+    @property
+    def roles(self) -> list[str]:
+        """Each message's role, in order."""
+        return [m.get('role', '') for m in self.messages]
+
+    def blocks(self, kind: str) -> list[Any]:
+        """Every content block of one kind (`text`, `image`, `document`, `toolUse`, `toolResult`), in order."""
+        return [block[kind] for m in self.messages for block in m.get('content') or [] if kind in block]
+
+    @property
+    def user_texts(self) -> list[str]:
+        """Every text block of every user message."""
+        return [
+            b['text'] for m in self.messages if m.get('role') == 'user' for b in m.get('content') or [] if 'text' in b
+        ]
+
+    @property
+    def last_user_text(self) -> str:
+        """The newest user text ('' when none)."""
+        texts = self.user_texts
+        return texts[-1] if texts else ''
+
+    @property
+    def images(self) -> list[tuple[str, bytes]]:
+        """Every image block as (format, decoded bytes)."""
+        return [(image['format'], base64.b64decode(image['source']['bytes'])) for image in self.blocks('image')]
+
+    @property
+    def tool_names(self) -> list[str]:
+        """The tools offered in `toolConfig`."""
+        return [tool['toolSpec']['name'] for tool in (self.body.get('toolConfig') or {}).get('tools') or []]
+
+    @property
+    def tool_results(self) -> list[dict[str, Any]]:
+        """Every toolResult block (`toolUseId`, `content`)."""
+        return self.blocks('toolResult')
+
+    @property
+    def inference_config(self) -> dict[str, Any]:
+        """`inferenceConfig` (maxTokens, temperature, ...)."""
+        return dict(self.body.get('inferenceConfig') or {})
+
+
+@dataclass(frozen=True)
+class InvokeRequest:
+    """One `POST /model/{modelId}/invoke` as received (a JSON body)."""
+
+    model_id: str
+    body: dict[str, Any]
+    headers: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class ConverseReply:
+    """What the fake answers: content blocks and a stop reason, or an error; optionally after a delay."""
+
+    content: tuple[dict[str, Any], ...] = ()
+    stop_reason: str = 'end_turn'
+    error_code: str | None = None
+    error_message: str = ''
+    input_tokens: int = 11
+    output_tokens: int = 7
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    delay_s: float = 0.0
+    retry_after: str | None = None
+
+    @classmethod
+    def text(cls, text: str, *, stop_reason: str = 'end_turn', delay_s: float = 0.0, **usage: int) -> ConverseReply:
+        """A plain answer (usage: input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)."""
+        return cls(content=({'text': text},), stop_reason=stop_reason, delay_s=delay_s, **usage)
+
+    @classmethod
+    def tool_use(cls, *calls: tuple[str, dict[str, Any]], text: str = '', delay_s: float = 0.0) -> ConverseReply:
+        """An answer asking for `(name, input)` tool calls (optionally after some text); ids are assigned."""
+        blocks: list[dict[str, Any]] = [{'text': text}] if text else []
+        blocks += [
+            {'toolUse': {'toolUseId': f'tooluse_{name}_{n}', 'name': name, 'input': args}}
+            for n, (name, args) in enumerate(calls)
+        ]
+        return cls(content=tuple(blocks), stop_reason='tool_use', delay_s=delay_s)
+
+    @classmethod
+    def error(
+        cls, code: str, message: str = 'scripted failure', *, delay_s: float = 0.0, retry_after: str | None = None
+    ) -> ConverseReply:
+        """A Bedrock error (the status follows the code, as in the service model), with a `Retry-After` when given."""
+        return cls(error_code=code, error_message=message, delay_s=delay_s, retry_after=retry_after)
+
+    def body(self) -> dict[str, Any]:
+        """The Converse response body."""
+        return {
+            'output': {'message': {'role': 'assistant', 'content': list(self.content)}},
+            'stopReason': self.stop_reason,
+            'usage': {
+                'inputTokens': self.input_tokens,
+                'outputTokens': self.output_tokens,
+                'totalTokens': self.input_tokens
+                + self.output_tokens
+                + self.cache_read_tokens
+                + self.cache_write_tokens,
+                'cacheReadInputTokens': self.cache_read_tokens,
+                'cacheWriteInputTokens': self.cache_write_tokens,
+            },
+            'metrics': {'latencyMs': 1},
+        }
+
+
+@dataclass
+class FakeCall:
+    """One entry of the request log."""
+
+    operation: str  # 'converse' | 'invoke'
+    model_id: str
+    request: ConverseRequest | InvokeRequest
+    received_at: float
+    status: int | None = None
+
+
+ConverseHandler = Callable[[ConverseRequest], ConverseReply]
+EmbedHandler = Callable[[str, int], list[float]]
+
+
+def default_handler(request: ConverseRequest) -> ConverseReply:
+    """Answer every Converse call with a text naming the model."""
+    return ConverseReply.text(f'fake answer from {request.model_id}')
+
+
+def keyword_embedding(text: str, dimensions: int) -> list[float]:
+    """Word-hashing vectors: texts sharing words are close, so a search finds what it should (no real semantics)."""
+    return HashingEmbedder(dimensions).embed([text], kind='document', timeout_s=1)[0]
+
+
+@dataclass
+class _State:
+    scripts: dict[str | None, deque[ConverseReply]] = field(default_factory=lambda: defaultdict(deque))
+    calls: list[FakeCall] = field(default_factory=list)
+
+
+class FakeBedrock:
+    """A threaded HTTP server on 127.0.0.1 (random port) speaking Converse and Titan-embeddings InvokeModel.
+
+    Converse replies come from the model's script, then the shared script, then `handler`. InvokeModel answers as
+    `amazon.titan-embed-text-v1/v2` do (`embedding`, `inputTextTokenCount`); a scripted error applies to it too.
+    """
+
+    def __init__(
+        self, handler: ConverseHandler = default_handler, *, embed_handler: EmbedHandler = keyword_embedding
+    ) -> None:
+        """Create a stopped server; use it as a context manager or call `start()` / `stop()`."""
+        self.handler = handler
+        self.embed_handler = embed_handler
+        self._state = _State()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    def start(self) -> FakeBedrock:
+        """Bind to a free loopback port and serve in a background thread."""
+        server = ThreadingHTTPServer(('127.0.0.1', 0), _make_request_handler(self))
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,), name='fake-bedrock', daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, and wake handlers sleeping in a scripted delay."""
+        self._stopping.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeBedrock:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """`http://127.0.0.1:<port>`: the client's endpoint URL."""
+        if self._server is None:
+            raise RuntimeError('FakeBedrock is not started')
+        host, port = self._server.server_address[:2]
+        return f'http://{host!s}:{port}'
+
+    # -- scripting and the log ---------------------------------------------------------------------------------
+    def script(self, model_id: str | None, *replies: ConverseReply) -> None:
+        """Queue replies for `model_id` (None: any model), used one per request before `handler`."""
+        with self._lock:
+            self._state.scripts[model_id].extend(replies)
+
+    def pending(self, model_id: str | None = None) -> int:
+        """Scripted replies not used yet."""
+        with self._lock:
+            return len(self._state.scripts[model_id])
+
+    @property
+    def calls(self) -> list[FakeCall]:
+        """A snapshot of the request log, in arrival order."""
+        with self._lock:
+            return [replace(call) for call in self._state.calls]
+
+    def calls_for(self, model_id: str) -> list[FakeCall]:
+        """The logged calls to one model."""
+        return [call for call in self.calls if call.model_id == model_id]
+
+    @property
+    def converse_requests(self) -> list[ConverseRequest]:
+        """The Converse requests received, in order."""
+        return [c.request for c in self.calls if isinstance(c.request, ConverseRequest)]
+
+    @property
+    def invoke_requests(self) -> list[InvokeRequest]:
+        """The InvokeModel requests received, in order."""
+        return [c.request for c in self.calls if isinstance(c.request, InvokeRequest)]
+
+    def reset(self) -> None:
+        """Forget scripts and the log."""
+        with self._lock:
+            self._state = _State()
+
+    # -- serving (handler threads) -----------------------------------------------------------------------------
+    def _receive(self, call: FakeCall) -> ConverseReply | None:
+        with self._lock:
+            self._state.calls.append(call)
+            for key in (call.model_id, None):
+                queue = self._state.scripts.get(key)
+                if queue:
+                    return queue.popleft()
+        return None
+
+    def _answered(self, call: FakeCall, status: int) -> None:
+        with self._lock:
+            call.status = status
+
+    def _wait(self, delay_s: float) -> None:
+        if delay_s > 0:
+            self._stopping.wait(delay_s)
+
+    def embedding(self, request: InvokeRequest) -> dict[str, Any]:
+        """The Titan embeddings answer: v2 honours `dimensions` (256/512/1024, default 1024) and `normalize`."""
+        text = str(request.body.get('inputText', ''))
+        v2 = 'embed-text-v2' in request.model_id
+        dims = int(request.body.get('dimensions') or 1024) if v2 else 1536
+        vector = self.embed_handler(text, dims)
+        return {'embedding': vector, 'inputTextTokenCount': max(1, len(text.split()))}
+
+
+def _error_body(code: str, message: str) -> tuple[int, dict[str, Any]]:
+    return ERROR_STATUS.get(code, 400), {'message': message}
+
+
+def _make_request_handler(fake: FakeBedrock) -> type[BaseHTTPRequestHandler]:
+    class _Handler(BaseHTTPRequestHandler):
+        protocol_version = 'HTTP/1.1'
+        # Headers and body go out as two writes on a kept-alive connection: without TCP_NODELAY the body waits for
+        # the client's delayed ACK (~40 ms a call).
+        disable_nagle_algorithm = True
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            length = int(self.headers.get('Content-Length') or 0)
+            raw = self.rfile.read(length) if length else b''
+            match = _ROUTE.match(self.path.split('?', 1)[0])
+            if match is None:
+                self._send(404, {'message': f'no route for {self.path}'}, 'UnknownOperationException')
+                return
+            try:
+                body = json.loads(raw or b'{}')
+            except json.JSONDecodeError:
+                self._send(400, {'message': 'the body is not JSON'}, 'ValidationException')
+                return
+            model_id = unquote(match['model'])
+            headers = {key.lower(): value for key, value in self.headers.items()}
+            if match['operation'] == 'converse':
+                request: ConverseRequest | InvokeRequest = ConverseRequest(model_id, body, headers)
+            else:
+                request = InvokeRequest(model_id, body, headers)
+            call = FakeCall(match['operation'], model_id, request, time.monotonic())
+            reply = fake._receive(call)
+            if isinstance(request, ConverseRequest) and reply is None:
+                reply = fake.handler(request)
+            if reply is not None:
+                fake._wait(reply.delay_s)
+            if reply is not None and reply.error_code:
+                status, payload = _error_body(reply.error_code, reply.error_message)
+                fake._answered(call, status)
+                self._send(status, payload, reply.error_code, retry_after=reply.retry_after)
+            elif isinstance(request, ConverseRequest):
+                assert reply is not None
+                fake._answered(call, 200)
+                self._send(200, reply.body())
+            else:
+                fake._answered(call, 200)
+                self._send(200, fake.embedding(request))
+
+        def _send(
+            self, status: int, body: dict[str, Any], error_type: str | None = None, *, retry_after: str | None = None
+        ) -> None:
+            payload = json.dumps(body).encode()
+            try:
+                self.send_response(status)
+                self.send_header('Content-Type', 'application/json')
+                self.send_header('Content-Length', str(len(payload)))
+                self.send_header('x-amzn-RequestId', 'fake-request-id')
+                if retry_after is not None:
+                    self.send_header('Retry-After', retry_after)
+                if error_type:
+                    self.send_header(
+                        'x-amzn-ErrorType', f'{error_type}:http://internal.amazon.com/coral/com.amazon.bedrock/'
+                    )
+                self.end_headers()
+                self.wfile.write(payload)
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (its read timeout fired)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature fixed by http.server
+            return
+
+    return _Handler
+
+
+def fake_bedrock_env(server: FakeBedrock) -> dict[str, str]:
+    """Environment that points boto3's `bedrock-runtime` client at the fake (dummy credentials are fine)."""
+    return {'AWS_ENDPOINT_URL_BEDROCK_RUNTIME': server.url}
+
+
+@contextmanager
+def running_fake_bedrock(handler: ConverseHandler = default_handler) -> Iterator[FakeBedrock]:
+    """A started FakeBedrock for the duration of the block."""
+    with FakeBedrock(handler) as server:
+        yield server
