@@ -225,6 +225,7 @@ class RoleWork:
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    system_tokens: int = 0  # the part of input_tokens that is the role's system prompt
 
 
 class SimModel:
@@ -249,7 +250,9 @@ class SimModel:
             text = observer_answer(prompt.split('## New Message History to Observe', 1)[-1])
         role = self.work[request.purpose]
         role.calls += 1
-        role.input_tokens += self.counter.count_string(request.system) + self.counter.count_string(prompt)
+        system_tokens = self.counter.count_string(request.system)
+        role.system_tokens += system_tokens
+        role.input_tokens += system_tokens + self.counter.count_string(prompt)
         role.output_tokens += self.counter.count_string(text)
         return ModelResponse(text=text, model=model_id)
 
