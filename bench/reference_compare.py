@@ -48,6 +48,7 @@ from bench.engine_turns import (  # noqa: E402
     conversation,
     model_work,
     observer_answer,
+    reflector_answer,
 )
 from om_lib.adapters.tiktoken_counter import get_tokenizer  # noqa: E402
 from om_lib.tokens import TokenCounter  # noqa: E402
@@ -162,10 +163,23 @@ OBSERVATIONS_BLOCK = re.compile(
 REMINDER = re.compile(r'<system-reminder>.*?</system-reminder>\n?', re.S)
 
 
+def python_answer(call: Any) -> str:
+    """What bench/engine_turns.py's simulated model answers to this logged reference prompt."""
+    prompt = call['prompt']
+    if call['role'] == 'observer':
+        return observer_answer(prompt.split('## New Message History to Observe')[-1])
+    observations = prompt.split('## OBSERVATIONS TO REFLECT ON\n\n', 1)[-1].split('\n\n---\n\n', 1)[0]
+    return reflector_answer(observations)
+
+
 def measure_reference(log: Any, counter: TokenCounter) -> Measured:
     work = {'observer': RoleWork(), 'reflector': RoleWork()}
     om_calls = [call for call in log['calls'] if call['role'] != 'actor']
     for call in om_calls:
+        if call['answer'] != python_answer(call):  # the JS mocks must behave exactly as the Python sim model
+            sys.exit(
+                f'bench/reference/run.mjs answered a {call["role"]} call unlike engine_turns (turn {call["turn"]})'
+            )
         role = work[call['role']]
         system_tokens = counter.count_string(call['system'])
         role.calls += 1
