@@ -16,8 +16,9 @@ with messageTokens 600 and observationTokens 4,000, run two ways:
    model call, and the peak Actor context (messages + observations) as a ratio of messageTokens + observationTokens.
 
 Goals (issue 15): engine median ≤ 3 ms per turn excluding the adapter; peak context ≤ 1.1; with buffering, no more
-Observer or Reflector calls, and no more OM input or output tokens, than the reference on a 40-turn conversation
-(38 Observer and 5 Reflector calls), with no more steps waiting.
+Observer or Reflector calls, and no more OM input or output tokens, than the reference on this conversation, with no
+more steps waiting. bench/reference_compare.py measures the reference (Mastra's @mastra/memory, run offline with mock
+models) on the same turns and prints both side by side.
 """
 
 from __future__ import annotations
@@ -225,6 +226,7 @@ class RoleWork:
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    system_tokens: int = 0  # the part of input_tokens that is the role's system prompt
 
 
 class SimModel:
@@ -249,7 +251,9 @@ class SimModel:
             text = observer_answer(prompt.split('## New Message History to Observe', 1)[-1])
         role = self.work[request.purpose]
         role.calls += 1
-        role.input_tokens += self.counter.count_string(request.system) + self.counter.count_string(prompt)
+        system_tokens = self.counter.count_string(request.system)
+        role.system_tokens += system_tokens
+        role.input_tokens += system_tokens + self.counter.count_string(prompt)
         role.output_tokens += self.counter.count_string(text)
         return ModelResponse(text=text, model=model_id)
 
