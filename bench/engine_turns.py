@@ -112,6 +112,13 @@ def observer_answer(transcript: str) -> str:
     return f'<observations>\n{body}\n</observations>\n<current-task>\nPrimary: the plan\n</current-task>'
 
 
+def messages_observed(answers: list[str], turns: list[tuple[str, str]]) -> int:
+    """How many of the conversation's messages some Observer answer covers (each answer line quotes a message's first
+    30 words): calls compare like for like only at equal coverage."""
+    seen = '\n'.join(answers)
+    return sum(' '.join(text.split()[:30]) in seen for pair in turns for text in pair)
+
+
 def reflector_answer(observations: str) -> str:
     """Condense: one date header, every third observation line."""
     notes = [line for line in observations.split('\n') if line.strip() and not line.startswith('Date:')]
@@ -239,6 +246,7 @@ class SimModel:
         self.in_step = False
         self.step_calls = 0
         self.work: dict[str, RoleWork] = defaultdict(RoleWork)
+        self.observer_answers: list[str] = []
 
     def generate(self, model_id: str, request: ModelRequest, *, timeout_s: float) -> ModelResponse:
         if self.in_step:
@@ -249,6 +257,7 @@ class SimModel:
             text = reflector_answer(request.source_observations or '')
         else:
             text = observer_answer(prompt.split('## New Message History to Observe', 1)[-1])
+            self.observer_answers.append(text)
         role = self.work[request.purpose]
         role.calls += 1
         system_tokens = self.counter.count_string(request.system)
@@ -294,7 +303,8 @@ def model_work(config: dict[str, Any], turns: list[tuple[str, str]], latency: fl
         )
         engine.complete_turn('r1', 't1', [reply])
     run_due(clock.monotonic() + 600)
-    return {'waited': waited, 'peak': peak, 'work': dict(model.work)}
+    observed = messages_observed(model.observer_answers, turns)
+    return {'waited': waited, 'peak': peak, 'work': dict(model.work), 'observed': observed}
 
 
 def main() -> None:
@@ -341,7 +351,7 @@ def main() -> None:
             f'  {name}: Observer {obs.calls} calls ({obs.input_tokens:,} in / {obs.output_tokens:,} out tokens), '
             f'Reflector {refl.calls} calls ({refl.input_tokens:,} in / {refl.output_tokens:,} out); '
             f'steps that waited {result["waited"]}/{args.turns}; peak context {result["peak"]:.2f} × '
-            f'(messageTokens + observationTokens)'
+            f'(messageTokens + observationTokens); messages the Observer covered {result["observed"]}/{2 * args.turns}'
         )
 
 

@@ -46,6 +46,7 @@ from bench.engine_turns import (  # noqa: E402
     OBSERVATION_TOKENS,
     RoleWork,
     conversation,
+    messages_observed,
     model_work,
     observer_answer,
     reflector_answer,
@@ -124,6 +125,7 @@ class Measured:
     peak: float
     where: Counter[str] = field(default_factory=Counter)  # the reference's calls: in a step or in the background
     busy_turns: int = 0  # turns that began while a background call of the reference was still running
+    observed: int = 0  # the conversation's messages some Observer answer covers by the end
 
 
 @dataclass
@@ -172,7 +174,7 @@ def python_answer(call: Any) -> str:
     return reflector_answer(observations)
 
 
-def measure_reference(log: Any, counter: TokenCounter) -> Measured:
+def measure_reference(log: Any, counter: TokenCounter, turns: list[tuple[str, str]]) -> Measured:
     work = {'observer': RoleWork(), 'reflector': RoleWork()}
     om_calls = [call for call in log['calls'] if call['role'] != 'actor']
     for call in om_calls:
@@ -209,14 +211,19 @@ def measure_reference(log: Any, counter: TokenCounter) -> Measured:
         observations = counter.count_string(block.group(1).strip()) if block else 0
         messages = counter.count_string(REMINDER.sub('', call['prompt']))
         peak = max(peak, (observations + messages) / (MESSAGE_TOKENS + OBSERVATION_TOKENS))
-    return Measured(work['observer'], work['reflector'], waited, peak, where, busy_turns)
+    observed = messages_observed([c['answer'] for c in om_calls if c['role'] == 'observer'], turns)
+    return Measured(work['observer'], work['reflector'], waited, peak, where, busy_turns, observed)
 
 
 def measure_ours(config: dict[str, Any], turns: list[tuple[str, str]]) -> Measured:
     result = model_work(config, turns, 1.0)
     work = result['work']
     return Measured(
-        work.get('observer', RoleWork()), work.get('reflector', RoleWork()), result['waited'], result['peak']
+        work.get('observer', RoleWork()),
+        work.get('reflector', RoleWork()),
+        result['waited'],
+        result['peak'],
+        observed=result['observed'],
     )
 
 
@@ -233,6 +240,7 @@ def row(mode: str, engine: str, m: Measured, turns: int) -> str:
     return (
         f'{mode:<9} {engine:<26} {o.calls:>5} {o.input_tokens:>9,} {o.output_tokens:>7,}   '
         f'{r.calls:>5} {r.input_tokens:>8,} {r.output_tokens:>7,}   {m.waited:>3}/{turns:<3} {m.peak:>5.2f}'
+        f'   {m.observed:>3}/{2 * turns}'
     )
 
 
@@ -277,7 +285,7 @@ def main() -> None:
     for name, config in CONFIGS.items():
         mode = name.split()[0]
         log = run_reference(node, with_thresholds(config, MESSAGE_TOKENS, OBSERVATION_TOKENS), run, mode, count_texts)
-        results[mode] = {'reference': measure_reference(log, counter)}
+        results[mode] = {'reference': measure_reference(log, counter, run.turns)}
         if scaled is None:
             conversation_ratio = log['tokenx']['conversation'] / sum(counter.count_string(t) for t in texts)
             observations_ratio = log['tokenx']['observations'] / counter.count_string(observations)
@@ -289,14 +297,14 @@ def main() -> None:
                 flush=True,
             )
         log = run_reference(node, with_thresholds(config, *scaled), run, f'{mode}-o200k-thresholds')
-        results[mode]['reference, o200k thresholds'] = measure_reference(log, counter)
+        results[mode]['reference, o200k thresholds'] = measure_reference(log, counter, run.turns)
         results[mode]['ours'] = measure_ours(config, turns)
 
     print()
     print(f'{"":<36} {"Observer":^23}   {"Reflector":^22}')
     print(
         f'{"mode":<9} {"engine":<26} {"calls":>5} {"in tokens":>9} {"out":>7}   {"calls":>5} {"in tokens":>8} '
-        f'{"out":>7}   {"waited":<7} {"peak":>5}'
+        f'{"out":>7}   {"waited":<7} {"peak":>5}   {"observed"}'
     )
     for mode, engines in results.items():
         for n, (engine, measured) in enumerate(engines.items()):

@@ -147,9 +147,11 @@ class Steps:
             )
         else:
             record = deliver_background_parts(rt, record, parts)
+            # Due once what came before the new input reaches the threshold: the input itself cannot be observed in
+            # this step (the Actor answers it), and observing a smaller slice early would only mean more calls.
             observable = before_step_input(unobserved, appended.messages)
-            due = rt.counter.count_messages(unobserved) >= threshold and not has_pending_tool_call(unobserved)
-            if observable and due:
+            due = rt.counter.count_messages(observable) >= threshold and not has_pending_tool_call(unobserved)
+            if due:
                 backlog = backlog_of(thread_id, observable, rt)
                 record = self.pipeline.observe(record, [backlog], deadline, parts, due_at=threshold)
                 thread = rt.store.get_thread(resource_id, thread_id) or thread
@@ -174,13 +176,15 @@ class Steps:
         record = deliver_background_parts(rt, record, parts)
         snap = view.snapshot(record, thread_id)
         threshold = rt.message_threshold(record)
-        if snap.pending >= threshold and not has_pending_tool_call(snap.current.messages):
-            # This thread's own new input stays out of this cycle (it is observed with the turn that answers it).
-            own = before_step_input(snap.current.messages, appended.messages)
-            backlogs = [b for t, b in snap.backlogs.items() if t != thread_id]
-            if own:
-                backlogs.append(backlog_of(thread_id, own, rt))
-            chosen = view.strategy.select(backlogs, threshold) if backlogs else []
+        # This thread's own new input stays out of this cycle (it is observed with the turn that answers it), and
+        # does not count towards it either (as in a thread-scope step).
+        own = before_step_input(snap.current.messages, appended.messages)
+        backlogs = [b for t, b in snap.backlogs.items() if t != thread_id]
+        if own:
+            backlogs.append(backlog_of(thread_id, own, rt))
+        observable = sum(b.tokens for b in backlogs)
+        if observable >= threshold and not has_pending_tool_call(snap.current.messages):
+            chosen = view.strategy.select(backlogs, threshold)
             if chosen:
                 record = self.pipeline.observe(record, chosen, deadline, parts, due_at=threshold)
                 snap = view.snapshot(record, thread_id)

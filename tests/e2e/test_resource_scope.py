@@ -72,12 +72,15 @@ def test_a_fact_said_in_one_thread_reaches_another_before_and_after_observation(
     body = step(api, 'alice', 'alice-travel', 'Plan a weekend trip for me')
     assert 'I live in Porto with two cats' in body['system'] and '<other-conversation' in body['system']
     assert [c for c in server.calls if 'MULTI-THREAD' in c.request.system_text] == []
-    # When her travel thread grows past the threshold, both threads are observed in one multi-thread call (the new
-    # input is the message the Actor answers: it is observed after the turn that answers it, never shown twice)
-    body = step(api, 'alice', 'alice-travel', filler('itinerary', 200))
+    # When what her conversations said before a step passes the threshold, both threads are observed in one
+    # multi-thread call (a step's new input is the message the Actor answers: it neither counts nor is observed
+    # there; the turn that answers it observes it, so it never shows twice)
+    step(api, 'alice', 'alice-travel', filler('itinerary', 150))
+    assert memory(api, 'alice', 'alice-travel')['observationTokens'] == 0
+    body = step(api, 'alice', 'alice-travel', 'Which of these fits a weekend best?')
     assert memory(api, 'alice', 'alice-travel')['observationTokens'] > 0
     assert 'I live in Porto with two cats' in memory(api, 'alice', 'alice-home')['observations']
-    reply = {'role': 'assistant', 'content': 'Here is a plan.'}
+    reply = {'role': 'assistant', 'content': 'Here is a plan. ' + filler('plan', 250)}
     status, _ = api.post('/threads/alice-travel/turns', {'resourceId': 'alice', 'messages': [reply]})
     assert status == 200
     wait_for(lambda: memory(api, 'alice', 'alice-travel')['pendingMessageTokens'] == 0, timeout=30, interval=0.3)

@@ -100,8 +100,9 @@ def plan(
     at = t0
     for i, (user, reply) in enumerate(turns):
         u = counter.with_token_counts(message(f'u{i}', 'user', user, at))
-        if counter.count_messages([*pending, u]) >= message_tokens and pending:
-            # Due: the step observes what came before its own input (the Actor answers that input; issue 21 item 12)
+        if pending and counter.count_messages(pending) >= message_tokens:
+            # Due when what came before the step's input passes the threshold; the step observes that (the Actor
+            # answers the input, so it neither counts nor is observed there; issue 21 item 12)
             blocks += 1
             block = obs.parse_observer_output(observer_block(blocks)).observations
             observed_at = max(m.created_at for m in pending)

@@ -320,11 +320,12 @@ def test_block_after_observes_synchronously_as_a_last_resort() -> None:
 
 def test_without_a_work_queue_buffering_falls_back_to_synchronous_observation() -> None:
     h = Harness(buffering_config(), work=False)
-    for _ in range(4):
+    for _ in range(5):
         h.engine.prepare_step('r1', 't1', [h.user(words(100))])
         h.engine.complete_turn('r1', 't1', [h.assistant(words(100))])
     assert h.model.calls == []
-    result = h.engine.prepare_step('r1', 't1', [h.user(words(200))])
+    # What came before this step's input passed messageTokens: the step observes it
+    result = h.engine.prepare_step('r1', 't1', [h.user(words(20))])
     assert 'data-om-observation-end' in [p['type'] for p in result.parts.to_json()]
 
 

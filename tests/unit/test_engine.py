@@ -268,11 +268,11 @@ def test_continuation_reminder_sent_back_is_not_saved():
 
 def test_active_lease_of_another_request_skips_observation_and_expired_lease_is_taken_over():
     h = Harness(config())
-    h.step(h.user(words(10)))
+    h.step(h.user(words(150)))
     record = h.record()
     stale = Lease(owner='crashed-worker', expires_at=h.clock.now() + timedelta(minutes=10))
     h.store.put_record(record.model_copy(update={'observing': stale}), expected_version=record.version)
-    result = h.step(h.user(words(150)))
+    result = h.step(h.user(words(10)))
     # The step waited for the holder as long as its budget allowed, then said why it did not observe
     assert h.model.calls_for('observer') == []
     [busy] = [p['data'] for p in result.parts.to_json() if p['type'] == 'data-om-observation-failed']
