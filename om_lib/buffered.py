@@ -22,7 +22,7 @@ from om_lib.background import deliver_background_parts, finish_background
 from om_lib.errors import ThreadNotFoundError
 from om_lib.messages import Message
 from om_lib.observation import Backlog, ObservationPipeline, ThreadFailure, backlog_of, update_thread_hints
-from om_lib.parts import Activation, BufferingEnd, BufferingFailed, BufferingStart, CycleParts, with_observations
+from om_lib.parts import Activation, BufferingEnd, BufferingFailed, CycleParts, with_observations
 from om_lib.records import Lease, ObservationGroup, OMRecord, Thread
 from om_lib.runtime import Runtime, before_step_input, has_pending_tool_call
 from om_lib.thresholds import resolve_retention_floor
@@ -131,18 +131,7 @@ class ObservationBuffering:
             )
             or record
         )
-        parts.add(
-            BufferingStart(
-                cycle_id=cycle.cycle_id,
-                operation_type='observation',
-                started_at=cycle.started_at,
-                tokens_to_buffer=tokens,
-                record_id=record.id,
-                thread_id=thread_id,
-                thread_ids=(thread_id,),
-                config=rt.marker_config(),
-            )
-        )
+        parts.add(rt.buffering_start_part(cycle, 'observation', tokens, record.id, thread_id))
         return record, True
 
     # -- activation -------------------------------------------------------------------------------------------------

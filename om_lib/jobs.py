@@ -16,12 +16,12 @@ from om_lib.background import keep_background_parts
 from om_lib.buffered import ObservationBuffering
 from om_lib.errors import ThreadNotFoundError
 from om_lib.observation import ObservationPipeline, backlog_of
-from om_lib.parts import CycleParts, ObservationEnd, ObservationStart, OMPart
+from om_lib.parts import CycleParts, ObservationEnd, OMPart
 from om_lib.record_writer import lease_active
 from om_lib.records import OMRecord, record_key
 from om_lib.reflection import WORKER_BUDGET_S, Reflection
 from om_lib.resource_view import ResourceView
-from om_lib.runtime import Runtime, has_pending_tool_call
+from om_lib.runtime import Cycle, Runtime, has_pending_tool_call
 from om_lib.work import Job
 
 logger = logging.getLogger(__name__)
@@ -85,16 +85,8 @@ class Jobs:
         record = rt.store.get_record(job.record_key)
         if record is None:
             return
-        start = ObservationStart(
-            cycle_id=owner,
-            operation_type='reflection',
-            started_at=rt.clock.now(),
-            tokens_to_observe=int(result.get('inputTokens') or 0),
-            record_id=record.id,
-            thread_id=job.thread_id,
-            thread_ids=(job.thread_id,),
-            config=rt.marker_config(),
-        )
+        run = Cycle(owner, rt.clock.now(), rt.clock.monotonic())
+        start = rt.start_part(run, 'reflection', int(result.get('inputTokens') or 0), record.id, job.thread_id)
         keep_background_parts(rt, job.record_key, [start])
 
     def workflow_ended(self, job: Job, owner: str, outcome: str, *, input_tokens: int = 0, error: str = '') -> None:

@@ -39,7 +39,7 @@ from om_lib.errors import (
 )
 from om_lib.llm import Content, InlineBlob, ModelRequest
 from om_lib.messages import Message
-from om_lib.parts import CycleParts, FailureReason, ObservationEnd, ObservationStart, ThreadUpdate
+from om_lib.parts import CycleParts, FailureReason, ObservationEnd, ThreadUpdate
 from om_lib.record_writer import lease_active
 from om_lib.records import BufferedChunk, ObservationGroup, OMRecord, Thread
 from om_lib.runtime import Cycle, Runtime, has_pending_tool_call
@@ -499,18 +499,7 @@ class ObservationPipeline:
             return rt.writer.release_lease(leased, 'observing', cycle.cycle_id), False
         thread_ids = tuple(b.thread_id for b in ready)
         for b in ready:
-            parts.add(
-                ObservationStart(
-                    cycle_id=cycle.cycle_id,
-                    operation_type='observation',
-                    started_at=cycle.started_at,
-                    tokens_to_observe=b.tokens,
-                    record_id=leased.id,
-                    thread_id=b.thread_id,
-                    thread_ids=thread_ids,
-                    config=rt.marker_config(),
-                )
-            )
+            parts.add(rt.start_part(cycle, 'observation', b.tokens, leased.id, b.thread_id, thread_ids))
         try:
             with rt.writer.holding(leased, 'observing', cycle.cycle_id):
                 outcome = self.call.run(leased, ready, deadline)

@@ -29,12 +29,10 @@ from om_lib.parts import (
     Activation,
     BufferingEnd,
     BufferingFailed,
-    BufferingStart,
     CycleParts,
     FailureReason,
     ObservationEnd,
     ObservationFailed,
-    ObservationStart,
 )
 from om_lib.record_writer import LeaseName, lease_active
 from om_lib.records import Lease, ObservationGroup, OMRecord
@@ -253,18 +251,7 @@ class Reflection:
             busy = lease_active(fresh.reflecting, rt.clock.now()) and fresh.generation == record.generation
             return ReflectionOutcome(fresh, 'busy' if busy else 'not_due')
         snapshot_text, snapshot_tokens = leased.active_observations, leased.observation_tokens
-        parts.add(
-            ObservationStart(
-                cycle_id=cycle.cycle_id,
-                operation_type='reflection',
-                started_at=cycle.started_at,
-                tokens_to_observe=snapshot_tokens,
-                record_id=leased.id,
-                thread_id=thread_id,
-                thread_ids=(thread_id,),
-                config=rt.marker_config(),
-            )
-        )
+        parts.add(rt.start_part(cycle, 'reflection', snapshot_tokens, leased.id, thread_id))
 
         def on_retry(info: refl.RetryInfo) -> None:
             parts.add(
@@ -366,18 +353,7 @@ class Reflection:
         if not rt.submit(job):
             return marked, False
         slice_ = self._buffered_slice(marked)
-        parts.add(
-            BufferingStart(
-                cycle_id=cycle.cycle_id,
-                operation_type='reflection',
-                started_at=cycle.started_at,
-                tokens_to_buffer=slice_.input_tokens,
-                record_id=marked.id,
-                thread_id=thread_id,
-                thread_ids=(thread_id,),
-                config=rt.marker_config(),
-            )
-        )
+        parts.add(rt.buffering_start_part(cycle, 'reflection', slice_.input_tokens, marked.id, thread_id))
         return marked, True
 
     def buffered_step(self, record: OMRecord, thread_id: str, deadline: float, parts: CycleParts) -> OMRecord:

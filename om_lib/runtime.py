@@ -19,9 +19,11 @@ from om_lib.model_router import ModelRouter
 from om_lib.parts import (
     FAILED_TYPES,
     BufferingFailed,
+    BufferingStart,
     FailureReason,
     MarkerConfig,
     ObservationFailed,
+    ObservationStart,
     OMPart,
     OperationType,
     StoredPart,
@@ -171,6 +173,43 @@ class Runtime:
                 logger.warning('could not keep a failure', extra={'thread_id': thread_id, 'reason': note.reason})
 
     # -- parts -----------------------------------------------------------------------------------------------------
+    def start_part(
+        self,
+        cycle: Cycle,
+        operation: OperationType,
+        tokens: int,
+        record_id: str,
+        thread_id: str,
+        thread_ids: tuple[str, ...] | None = None,
+    ) -> ObservationStart:
+        """`data-om-observation-start` for a cycle that begins now (`thread_ids`: the cycle's threads, this one alone
+        by default)."""
+        return ObservationStart(
+            cycle_id=cycle.cycle_id,
+            operation_type=operation,
+            started_at=cycle.started_at,
+            tokens_to_observe=tokens,
+            record_id=record_id,
+            thread_id=thread_id,
+            thread_ids=thread_ids or (thread_id,),
+            config=self.marker_config(),
+        )
+
+    def buffering_start_part(
+        self, cycle: Cycle, operation: OperationType, tokens: int, record_id: str, thread_id: str
+    ) -> BufferingStart:
+        """`data-om-buffering-start` for background buffering queued now."""
+        return BufferingStart(
+            cycle_id=cycle.cycle_id,
+            operation_type=operation,
+            started_at=cycle.started_at,
+            tokens_to_buffer=tokens,
+            record_id=record_id,
+            thread_id=thread_id,
+            thread_ids=(thread_id,),
+            config=self.marker_config(),
+        )
+
     def failed_part(
         self,
         cycle: Cycle | None,
