@@ -68,6 +68,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f'om serve: {stack.url}  (AWS: {aws} at {stack.endpoint})', flush=True)
         print(model_notice(), flush=True)
         print(f'try: curl {stack.url}/health     or: om chat --url {stack.url}', flush=True)
+        print(f'     the memory inspector: {stack.url}/inspector', flush=True)
         print(f'     om invoke sweeper events/sweeper/schedule.json --stack {stack.url}', flush=True)
         print(f'(stack description for tools: {stack.url}{DESCRIBE_PATH}; Ctrl-C stops)', flush=True)
         while not stopping.wait(0.5):
