@@ -36,7 +36,8 @@ def test_the_page_loads_only_its_own_files() -> None:
     html = inspector.page().decode()
     loaded = re.findall(r'(?:src|href)="([^"]+)"', html)
     assert sorted(loaded) == ['#main', 'data:,', 'inspector/inspector.css', 'inspector/inspector.js']
-    assert {name.removeprefix('inspector/') for name in loaded if name.startswith('inspector/')} <= set(inspector.ASSETS)
+    own = {name.removeprefix('inspector/') for name in loaded if name.startswith('inspector/')}
+    assert own <= set(inspector.ASSETS)
     assert '{{' not in html
     script = inspector.asset('inspector.js')
     assert script is not None

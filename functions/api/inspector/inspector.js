@@ -62,7 +62,7 @@
       else if (name === 'dataset') Object.assign(node.dataset, value);
       else node.setAttribute(name, value === true ? '' : String(value));
     }
-    for (const child of children.flat()) {
+    for (const child of children.flat(Infinity)) {
       if (child === null || child === undefined || child === false) continue;
       node.append(child instanceof Node ? child : document.createTextNode(String(child)));
     }
@@ -74,7 +74,7 @@
     for (const [name, value] of Object.entries(attrs || {})) {
       if (value !== null && value !== undefined) node.setAttribute(name, String(value));
     }
-    for (const child of children.flat()) {
+    for (const child of children.flat(Infinity)) {
       if (child !== null && child !== undefined) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
     }
     return node;
@@ -241,7 +241,7 @@
   function renderThreadSelect() {
     const select = $('thread');
     const options = state.threads.map((t) =>
-      el('option', { value: t.id }, `${t.id}${t.title ? ' · ' + t.title : ''} (updated ${when(t.updatedAt)})`),
+      el('option', { value: t.id, title: `updated ${when(t.updatedAt)}` }, `${t.id}${t.title ? ' · ' + t.title : ''}`),
     );
     if (state.threadId && !state.threads.some((t) => t.id === state.threadId)) {
       options.unshift(el('option', { value: state.threadId }, `${state.threadId} (not listed)`));
@@ -319,7 +319,7 @@
       if (state.view === 'generations') await loadGenerations();
       if (mine !== state.generation) return;
       setState('ready');
-      setLive(`Live · updated ${new Date().toLocaleTimeString('en-GB')}`);
+      setLive(`Live · ${new Date().toLocaleTimeString('en-GB')}`);
     } catch (error) {
       if (mine !== state.generation) return;
       if (error.code === 'thread_not_found') {
