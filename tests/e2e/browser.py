@@ -3,8 +3,9 @@ what the user said, the checks a user would notice (contrast, width) and where s
 
 Playwright's own browser download cannot be reached here, so the tests launch the Debian `chromium` package
 (`apt-get install chromium`; `.ci/run` installs it) with `executable_path`. Without any Chromium the tests skip, saying
-so. Screenshots of every view go to `$OM_TEST_ARTIFACTS/inspector` (default: pytest's temporary directory, printed);
-`OM_UPDATE_SCREENSHOTS=1` also rewrites the README's `docs/inspector.png`.
+so (CI sets OM_REQUIRE_CHROMIUM=1: there they fail). Screenshots of every view go to `$OM_TEST_ARTIFACTS/inspector`
+(default: pytest's temporary directory, printed); `OM_UPDATE_SCREENSHOTS=1` also rewrites the README's
+`docs/inspector.png`.
 """
 
 from __future__ import annotations
@@ -47,7 +48,10 @@ def browser() -> Iterator[Any]:
     """One headless Chromium per module."""
     executable = chromium_path()
     if executable is None:
-        pytest.skip('no Chromium found: install it with `apt-get install chromium` (or set OM_CHROMIUM to one)')
+        reason = 'no Chromium found: install it with `apt-get install chromium` (or set OM_CHROMIUM to one)'
+        if os.environ.get('OM_REQUIRE_CHROMIUM') == '1':  # CI installs it: a missing browser is a failure there
+            pytest.fail(reason)
+        pytest.skip(reason)
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

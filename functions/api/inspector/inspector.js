@@ -200,6 +200,16 @@
     showAlert(null);
     setState('loading');
     setLive('Loading…');
+    if (threadId) {
+      // A deep link names the thread: list the resource's threads while its memory loads (one round trip less).
+      const listing = loadThreads().then(
+        () => state.resourceId === resourceId && state.memory && renderLog(),
+        () => {},
+      );
+      await selectThread(threadId);
+      await listing;
+      return;
+    }
     try {
       await loadThreads();
     } catch (error) {
