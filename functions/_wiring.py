@@ -69,6 +69,10 @@ class ServiceSettings(BaseModel):
     )
     OM_AUTH_MODE: Literal['iam', 'jwt', 'none'] = Field(default='iam', description='How callers are identified.')
     OM_AUTH_CLAIM: str = Field(default='sub', description='JWT claim that must equal resourceId (OM_AUTH_MODE=jwt).')
+    OM_INSPECTOR: bool = Field(
+        default=False,
+        description='Serve the memory inspector page at GET /inspector (behind the same authentication as the API).',
+    )
     OM_OFFLINE_FALLBACK: bool = Field(
         default=False, description='No credentials → offline model (local stack only; deployed stacks never set it).'
     )

@@ -189,6 +189,7 @@ def settings_from_context(context: Mapping[str, Any]) -> StackSettings:
         waf_block_body_rules=_flag(context.get('wafBlockBodyRules', False), 'wafBlockBodyRules'),
         api_keys=tuple(api_keys),
         reserved_concurrency=_flag(context.get('reservedConcurrency', True), 'reservedConcurrency'),
+        inspector=_flag(context.get('inspector', False), 'inspector'),
         deploy_role_arn=deploy_role,
         operator_role_arns=tuple(operators),
     )
@@ -256,6 +257,7 @@ _CONTEXT_KEYS = (
     'reservedConcurrency',
     'deployRoleArn',
     'operatorRoleArns',
+    'inspector',
 )
 
 

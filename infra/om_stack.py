@@ -135,6 +135,8 @@ class StackSettings:
     # bootstrap's execution role.
     deploy_role_arn: str | None = None
     operator_role_arns: tuple[str, ...] = ()
+    # Serve the memory inspector page at GET /inspector (behind the API's authentication). Off unless asked for.
+    inspector: bool = False
 
 
 class OmStack(Stack):
@@ -279,8 +281,11 @@ class OmStack(Stack):
             embedding['OM_EMBEDDING_MODEL'] = self.settings.embedding_model
         if self.settings.embedding_dimensions:
             embedding['OM_EMBEDDING_DIMENSIONS'] = str(self.settings.embedding_dimensions)
+        # Only the API serves the inspector page, and only when the deployment asks for it.
+        inspector = {'OM_INSPECTOR': 'true'} if self.settings.inspector and spec is API_FUNCTION else {}
         return {
             **embedding,
+            **inspector,
             'OM_TABLE_NAME': self.table.table.table_name,
             'OM_BUCKET_NAME': self.bucket.bucket.bucket_name,
             'OM_BUCKET_KMS_KEY_ARN': self.key.key_arn,

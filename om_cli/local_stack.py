@@ -235,6 +235,65 @@ def unregister_in_process_function(name: str) -> None:
             _ORIGINAL_INVOKE = None
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# Powertools' request state, per thread
+# ---------------------------------------------------------------------------------------------------------------------
+def isolate_requests(app: Any) -> None:
+    """Give Powertools' API resolver `app` per-thread request state, so concurrent requests cannot see each other's.
+
+    A Lambda execution environment handles one request at a time, and Powertools relies on it: `resolve()` keeps the
+    current event and Lambda context in class attributes (`BaseRouter.current_event`) and the matched route and its
+    arguments in the resolver's `context` dict, which it clears when a request ends. The local stack serves requests
+    on concurrent threads in one process (as API Gateway in front of many environments would), so one request could
+    read another's route arguments or find its route cleared (a rare `KeyError: '_route'`, or an answer about another
+    thread). Serialising the handler would also serialise the concurrency the e2e race tests exercise, so instead the
+    resolver's class is swapped for a subclass whose `current_event`, `lambda_context` and `context` are per thread.
+    Routers read them through the resolver (`router.current_event` is `app.current_event`). Idempotent.
+    """
+    if getattr(type(app), 'om_per_thread_state', False):
+        return
+    state = threading.local()
+    initial_context = dict(app.context)
+
+    def thread_context() -> dict[str, Any]:
+        if not hasattr(state, 'context'):
+            state.context = dict(initial_context)
+        return state.context  # type: ignore[no-any-return]
+
+    def set_context(_: Any, value: dict[str, Any]) -> None:
+        state.context = value
+
+    base = type(app)
+    resolver_class = type(
+        f'PerThread{base.__name__}',
+        (base,),
+        {
+            'om_per_thread_state': True,
+            'current_event': property(lambda _: getattr(state, 'event', None), lambda _, v: setattr(state, 'event', v)),
+            'lambda_context': property(
+                lambda _: getattr(state, 'lambda_context', None), lambda _, v: setattr(state, 'lambda_context', v)
+            ),
+            'context': property(lambda _: thread_context(), set_context),
+            'resolve': _per_thread_resolve(state, base),
+        },
+    )
+    app.__class__ = resolver_class
+
+
+def _per_thread_resolve(state: threading.local, base: type) -> Callable[..., Any]:
+    def resolve(self: Any, event: dict[str, Any], context: Any) -> Any:
+        # What the base class stores in BaseRouter's class attributes, this thread keeps for itself (the base class
+        # still writes them; nothing reads them through this resolver).
+        state.event = self._to_proxy_event(event)
+        state.lambda_context = context
+        try:
+            return base.resolve(self, event, context)
+        finally:
+            state.event = state.lambda_context = None
+
+    return resolve
+
+
 def _reflection_task(event: dict[str, Any]) -> Any:
     return invoke_handler('reflection', event, timeout_s=900.0)
 
@@ -481,7 +540,9 @@ class LocalStack:
     def api_handler(self) -> ApiHandler:
         """The API function's handler."""
         if self._api_handler is None:
-            self._api_handler = handler_for('api')
+            module = importlib.import_module('functions.api.handler')
+            isolate_requests(module.app)  # requests run on concurrent threads here; Lambda runs one at a time
+            self._api_handler = module.lambda_handler
         return self._api_handler
 
     def start(self) -> LocalStack:
@@ -708,6 +769,8 @@ class LocalStack:
             # Local runs have no authorizer in front of them; deployed stacks default to IAM.
             'OM_AUTH_MODE': 'none',
             'OM_OFFLINE_FALLBACK': '1',
+            # The memory inspector at GET /inspector (a deployed stack serves it only when asked to).
+            'OM_INSPECTOR': '1',
         }
         if self.config_file:
             env['OM_CONFIG_FILE'] = str(Path(self.config_file).resolve())

@@ -1,4 +1,5 @@
-"""Entry point of the `om` command: serve, invoke, chat and demo, all on the local stack (om_cli/local_stack.py).
+"""Entry point of the `om` command: serve, invoke, chat and demo on the local stack (om_cli/local_stack.py), and
+inspect (the memory inspector against any stack, om_cli/inspect.py).
 
 A mistake a user can fix (a bad config file, a port in use, no server at `--url`, a missing event file) is one
 clear message on stderr saying what was wrong and how to fix it, with exit status 2; never a traceback.
@@ -68,6 +69,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f'om serve: {stack.url}  (AWS: {aws} at {stack.endpoint})', flush=True)
         print(model_notice(), flush=True)
         print(f'try: curl {stack.url}/health     or: om chat --url {stack.url}', flush=True)
+        print(f'     the memory inspector: {stack.url}/inspector', flush=True)
         print(f'     om invoke sweeper events/sweeper/schedule.json --stack {stack.url}', flush=True)
         print(f'(stack description for tools: {stack.url}{DESCRIBE_PATH}; Ctrl-C stops)', flush=True)
         while not stopping.wait(0.5):
@@ -422,6 +424,39 @@ def status_line(parts: list[dict[str, Any]]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# om inspect
+# ---------------------------------------------------------------------------------------------------------------------
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """`om inspect`: the memory inspector on loopback, its API calls forwarded (and signed) to --api-url."""
+    import signal
+    import threading
+
+    from om_cli import inspect
+
+    check_port_free('127.0.0.1', args.port)
+    try:
+        api_url = inspect.check_api_url(args.api_url)
+        upstream = inspect.Upstream(
+            api_url, inspect.make_signer(args.auth, api_url, token=args.token, region=args.region)
+        )
+        inspect.check_reachable(upstream)
+        server = inspect.InspectServer(upstream, port=args.port)
+    except inspect.InspectError as exc:
+        raise UsageError(str(exc)) from exc
+    except OSError as exc:
+        raise UsageError(port_message('127.0.0.1', args.port, exc)) from exc
+    stopping = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    with server:
+        print(f'om inspect: {server.url}  (API: {api_url}, auth: {args.auth}; Ctrl-C stops)', flush=True)
+        while not stopping.wait(0.5):
+            pass
+        print('stopping ...', file=sys.stderr, flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # om demo
 # ---------------------------------------------------------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -457,6 +492,7 @@ examples:
   om chat                                   chat in the terminal (an embedded stack; /help inside)
   om chat --url http://127.0.0.1:8787       chat with a running `om serve`
   om invoke sweeper events/sweeper/schedule.json --stack http://127.0.0.1:8787
+  om inspect --api-url https://abc123.execute-api.eu-west-1.amazonaws.com/prod   the inspector against AWS
 
 environment: GEMINI_API_KEY (use Gemini), AWS_ENDPOINT_URL (a shared emulator instead of the embedded one),
 OM_TABLE_NAME, OM_BUCKET_NAME, OM_STACK_PREFIX (resource names on a shared emulator), OM_CONFIG_FILE / OM_CONFIG."""
@@ -520,6 +556,25 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument('--thread', default='chat', help='the conversation, e.g. --thread trip-planning')
     chat.add_argument('--config', metavar='FILE', help=config_help + ' (embedded stack only)')
     chat.set_defaults(run=cmd_chat)
+
+    inspect = sub.add_parser(
+        'inspect',
+        help='the memory inspector in your browser, against a deployed stack (signs its API calls)',
+        description='Serve the memory inspector page on a loopback port and forward its read-only API calls to '
+        "--api-url, signed with SigV4 (--auth iam: your AWS credential chain, execute-api in the URL's region) or "
+        'a bearer token (--auth bearer: --token or $OM_BEARER_TOKEN), so the browser needs no credentials. '
+        '`om serve` serves the same page itself at /inspector.',
+        epilog='examples:\n'
+        '  om inspect --api-url https://abc123.execute-api.eu-west-1.amazonaws.com/prod\n'
+        '  OM_BEARER_TOKEN=$(get-token) om inspect --api-url https://memory.example.com --auth bearer --port 8790',
+        formatter_class=_Help,
+    )
+    inspect.add_argument('--api-url', required=True, metavar='URL', help='the API base URL, stage included')
+    inspect.add_argument('--auth', choices=('none', 'iam', 'bearer'), default='iam', help='how to sign the API calls')
+    inspect.add_argument('--token', help='bearer token for --auth bearer (default: $OM_BEARER_TOKEN)')
+    inspect.add_argument('--region', help='AWS region for --auth iam when the URL does not name one (custom domains)')
+    inspect.add_argument('--port', type=int, default=8790, help='loopback port of the page, e.g. --port 8791 (0: any)')
+    inspect.set_defaults(run=cmd_inspect)
 
     demo = sub.add_parser(
         'demo',

@@ -32,6 +32,7 @@ from om_lib.ports import BlobReader, Clock, MemoryStore
 from om_lib.record_writer import DEFAULT_LEASE_TTL_S, RecordWriter
 from om_lib.records import OMRecord, record_key
 from om_lib.reflection import Reflection, ReflectionRejectedError
+from om_lib.resource_scope import reveal_thread_ids
 from om_lib.resource_view import ResourceView
 from om_lib.runtime import Runtime
 from om_lib.step import StepResult, Steps, TurnResult
@@ -214,17 +215,20 @@ class MemoryEngine:
         record = rt.store.get_record(record_key(self.settings.scope, resource_id, thread_id))
         unobserved = rt.load_after(resource_id, thread_id, record.cursor(thread_id) if record else 0)
         pending = rt.counter.count_messages(unobserved)
+        s = self.settings
         return {
-            'scope': self.settings.scope,
+            'scope': s.scope,
             'recordId': record.id if record else None,
             'generationCount': record.generation if record else 0,
-            'observations': record.active_observations if record else '',
+            'observations': self._with_real_thread_ids(record) if record else '',
             'observationTokens': record.observation_tokens if record else 0,
             'pendingMessageTokens': pending,
             # The thresholds in force now: under `shareTokenBudget` they move with the observations' size.
             'thresholds': {
                 'messageTokens': rt.message_threshold(record),
-                'observationTokens': rt.observation_threshold(record) if record else self.settings.observation_tokens,
+                'observationTokens': rt.observation_threshold(record) if record else s.observation_tokens,
+                # Where async buffering stops waiting and observes (reflects) in the request; None when it is off.
+                'blockAfter': {'observation': s.block_after, 'reflection': s.reflection_block_after},
             },
             'currentTask': thread.current_task,
             'suggestedResponse': thread.suggested_response,
@@ -240,7 +244,7 @@ class MemoryEngine:
                     'background': f.background,
                 }
                 for f in rt.store.recent_failures(
-                    resource_id, thread_id if self.settings.scope == 'thread' else None, limit=RECENT_FAILURES
+                    resource_id, thread_id if s.scope == 'thread' else None, limit=RECENT_FAILURES
                 )
             ],
         }
@@ -274,9 +278,18 @@ class MemoryEngine:
         return {
             'scope': self.settings.scope,
             'recordId': head.id if head else None,
-            'generations': [_generation_json(r, current=r is head) for r in found[:limit]],
+            'generations': [
+                _generation_json(r, self._with_real_thread_ids(r), current=r is head) for r in found[:limit]
+            ],
             'hasMore': len(found) > limit,
         }
+
+    def _with_real_thread_ids(self, record: OMRecord) -> str:
+        """The record's observations as readers see them: in resource scope the `<thread id>` sections name the real
+        thread ids, not the obscured ids the Observer was shown (every thread with a section has a cursor)."""
+        if record.scope != 'resource' or not self.settings.obscure_thread_ids:
+            return record.active_observations
+        return reveal_thread_ids(record.active_observations, record.resource_id, record.cursors)
 
 
 def generation_trigger(record: OMRecord) -> str:
@@ -288,13 +301,15 @@ def generation_trigger(record: OMRecord) -> str:
     return 'initial' if record.generation == 0 else 'reset'
 
 
-def _generation_json(record: OMRecord, *, current: bool) -> dict[str, Any]:
+def _generation_json(record: OMRecord, observations: str, *, current: bool) -> dict[str, Any]:
     return {
         'generation': record.generation,
         'recordId': record.id,
         'current': current,
         'trigger': generation_trigger(record),
         'createdAt': iso(record.created_at),
-        'observations': record.active_observations,
+        'observations': observations,
         'observationTokens': record.observation_tokens,
+        # What the generation started with (after the reflection or reset that made it); None before it was kept.
+        'initialObservationTokens': record.initial_observation_tokens,
     }

@@ -177,14 +177,28 @@ def query_messages(
 
 
 def page_of_messages(
-    store: MemoryStore, resource_id: str, thread_id: str, page: int, per_page: int
+    store: MemoryStore, resource_id: str, thread_id: str, page: int, per_page: int, *, newest_first: bool = False
 ) -> tuple[list[Message], bool]:
-    """Messages `page * per_page ...` in arrival order, and whether more follow.
+    """Messages `page * per_page ...` in arrival order (or newest first), and whether more follow.
 
     Sequence numbers may have holes (deleted messages, abandoned writes), so the offset is counted by reading
-    forward through the store's seq index in chunks; the first pages read only what they show.
+    through the store's seq index in chunks; the first pages (the newest ones, newest first) read only what they show.
     """
-    return _page(store, resource_id, thread_id, page, per_page, None)
+    if not newest_first:
+        return _page(store, resource_id, thread_id, page, per_page, None)
+    before, skip = None, page * per_page
+    while skip > 0:
+        chunk = store.list_messages(
+            resource_id, thread_id, before_seq=before, limit=min(skip, READ_CHUNK), newest_first=True
+        )
+        if not chunk.messages:
+            return [], False
+        before = chunk.messages[-1].seq or before
+        skip -= len(chunk.messages)
+        if skip > 0 and not chunk.has_more:
+            return [], False
+    result = store.list_messages(resource_id, thread_id, before_seq=before, limit=per_page, newest_first=True)
+    return list(result.messages), result.has_more
 
 
 # -- cloning ------------------------------------------------------------------------------------------------------

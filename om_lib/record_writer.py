@@ -147,7 +147,8 @@ class RecordWriter:
             'created_at': now,
             'updated_at': now,
         }
-        return current.model_copy(update=base | update)
+        new = current.model_copy(update=base | update)
+        return new.model_copy(update={'initial_observation_tokens': new.observation_tokens})
 
     # -- leases ----------------------------------------------------------------------------------------------------
     def lease_for(self, owner: str, *, ttl_s: float | None = None) -> Lease:

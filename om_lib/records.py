@@ -103,6 +103,9 @@ class OMRecord(_Model):
 
     active_observations: str = ''
     observation_tokens: int = 0
+    # The observation tokens this generation started with (after the reflection or reset that made it), for the
+    # generations timeline; None on the first generation and on records written before it was kept.
+    initial_observation_tokens: int | None = None
     total_tokens_observed: int = 0
     pending_message_tokens: int = 0
     cursors: dict[str, int] = Field(default_factory=dict)

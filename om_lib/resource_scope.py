@@ -23,6 +23,7 @@ from om_lib.observer import strip_thread_tags
 
 SHOWN_ID_HEX_CHARS = 12
 _SECTION = re.compile(r'<thread id="([^"]*)">\n?(.*?)\n?</thread>', re.DOTALL)
+_SECTION_OPEN = re.compile(r'<thread id="([^"]*)">')
 _ANY_BOUNDARY = re.compile(r'\s*--- message boundary \(([0-9T:.\-]+Z)\) ---\s*')
 _DATE_LINE = re.compile(r'^Date: ([A-Z][a-z]+ \d{1,2}, \d{4})\s*$', re.MULTILINE)
 
@@ -56,6 +57,17 @@ class ThreadIdCodec:
             if candidate == shown or self.shown(candidate) == shown:
                 return candidate
         return None
+
+
+def reveal_thread_ids(text: str, resource_id: str, thread_ids: Iterable[str]) -> str:
+    """`text` with each `<thread id>` section naming its real thread instead of the obscured id models saw.
+
+    Only `thread_ids` can be resolved (the hash is one-way); a section of any other id is left as it is.
+    """
+    real = {shown_thread_id(resource_id, t): t for t in thread_ids}
+    if not real:
+        return text
+    return _SECTION_OPEN.sub(lambda m: f'<thread id="{real.get(m.group(1), m.group(1))}">', text)
 
 
 # -- thread sections in the shared log ----------------------------------------------------------------------------

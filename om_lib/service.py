@@ -130,12 +130,14 @@ class MemoryService:
 
     # -- message history -------------------------------------------------------------------------------------------
     def messages(
-        self, resource_id: str, thread_id: str, *, page: int, per_page: int
+        self, resource_id: str, thread_id: str, *, page: int, per_page: int, newest_first: bool = False
     ) -> tuple[list[tuple[Message, OmStatus]], bool]:
-        """`GET /threads/{threadId}/messages`: a page in arrival order, each message with where it stands in memory
-        (`observed`, `buffered`, `unobserved`), and whether more follow."""
+        """`GET /threads/{threadId}/messages`: a page in arrival order (or newest first), each message with where it
+        stands in memory (`observed`, `buffered`, `unobserved`), and whether more follow."""
         self._require_thread(resource_id, thread_id)
-        messages, has_more = history.page_of_messages(self.engine.store, resource_id, thread_id, page, per_page)
+        messages, has_more = history.page_of_messages(
+            self.engine.store, resource_id, thread_id, page, per_page, newest_first=newest_first
+        )
         statuses = self.engine.message_statuses(resource_id, thread_id, messages)
         return list(zip(messages, statuses, strict=True)), has_more
 

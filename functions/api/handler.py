@@ -14,6 +14,7 @@ from functions.api import (
     attachments,
     edge,
     errors,
+    inspector_route,
     json_body,
     meta,
     recall_route,
@@ -30,6 +31,7 @@ app.include_router(attachments.router)
 app.include_router(meta.router)
 app.include_router(recall_route.router)
 app.include_router(working_memory_route.router)
+app.include_router(inspector_route.router)
 errors.register(app)
 edge.install_not_found(app)
 

@@ -237,11 +237,19 @@ class BufferedOut(_Model):
     reflection: BufferedReflectionOut
 
 
+class BlockAfterOut(_Model):
+    """Where async buffering stops waiting: past it a step observes (reflects) synchronously. None when it is off."""
+
+    observation: int | None = Field(description='Unobserved message tokens past which a step observes in the request.')
+    reflection: int | None = Field(description='Observation tokens past which a step reflects in the request.')
+
+
 class ThresholdsOut(_Model):
-    """The thresholds that trigger observation and reflection, in tokens."""
+    """The thresholds that trigger observation and reflection, in tokens (the ones in force now)."""
 
     message_tokens: int
     observation_tokens: int
+    block_after: BlockAfterOut
 
 
 class FailureOut(_Model):
@@ -261,7 +269,9 @@ class MemoryOut(_Model):
     scope: Literal['thread', 'resource']
     record_id: str | None
     generation_count: int
-    observations: str
+    observations: str = Field(
+        description='The observation log. In resource scope each `<thread id="…">` section names the real thread id.'
+    )
     observation_tokens: int
     pending_message_tokens: int
     thresholds: ThresholdsOut
@@ -284,7 +294,11 @@ class GenerationOut(_Model):
     )
     created_at: str
     observations: str
-    observation_tokens: int
+    observation_tokens: int = Field(description='Its size now (for an earlier generation: when it was replaced).')
+    initial_observation_tokens: int | None = Field(
+        description='Its size when it began (after the reflection or reset that made it); null for the first '
+        'generation and for generations stored before this was kept.'
+    )
 
 
 class GenerationsOut(_Model):

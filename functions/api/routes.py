@@ -206,7 +206,7 @@ def get_memory_generations(
 
 @router.get(
     '/threads/<threadId>/messages',
-    summary='A page of the thread’s messages, oldest first',
+    summary='A page of the thread’s messages, oldest first (or newest first)',
     responses={**_ok(MessagesPage), **_errors(401, 403, 404, 422, 500, 503)},
     tags=['memory'],
 )
@@ -215,9 +215,15 @@ def get_messages(
     resourceId: ResourceIdQuery,
     page: Page = 0,
     perPage: PerPage = 100,
+    direction: Annotated[
+        Literal['ASC', 'DESC'],
+        Query(description='`ASC` (default): oldest first; `DESC`: newest first, so page 0 holds the newest messages.'),
+    ] = 'ASC',
 ) -> Response[Any]:
     authorize(resourceId)
-    listed, has_more = _wiring.service().messages(resourceId, threadId, page=page, per_page=perPage)
+    listed, has_more = _wiring.service().messages(
+        resourceId, threadId, page=page, per_page=perPage, newest_first=direction == 'DESC'
+    )
     messages = [{**message_json(m), 'omStatus': status} for m, status in listed]
     return json_response({'messages': messages, 'page': page, 'perPage': perPage, 'hasMore': has_more})
 

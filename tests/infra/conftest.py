@@ -49,7 +49,7 @@ def resources(template: Any) -> dict[str, dict[str, Any]]:
 
 
 # One stack with every opt-in and opt-out at once (synthesised once): a throwaway stack, all models offline, API keys,
-# an operator role, no reserved concurrency, other throttling.
+# an operator role, no reserved concurrency, other throttling, the memory inspector served.
 VARIANT = {
     'removalPolicy': 'destroy',
     'omConfig': '{"model": "offline", "actorModel": "offline"}',
@@ -59,6 +59,7 @@ VARIANT = {
     'apiRateLimit': '20',
     'apiBurstLimit': '40',
     'wafRateLimit': '500',
+    'inspector': 'true',
 }
 
 

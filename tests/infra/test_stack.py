@@ -227,6 +227,22 @@ def test_every_method_requires_iam_by_default(resources: Resources) -> None:
     assert all(f['Environment']['Variables']['OM_AUTH_MODE'] == 'iam' for f in _functions(resources).values())
 
 
+def test_the_inspector_page_is_served_only_when_asked_for_and_behind_the_same_auth(
+    resources: Resources, variant: Resources
+) -> None:
+    # By default no function serves GET /inspector
+    env = lambda f: f.get('Environment', {}).get('Variables', {})  # noqa: E731 - custom resources have none
+    assert not any('OM_INSPECTOR' in env(f) for f in _functions(resources).values())
+    # With -c inspector=true only the API function does, and every method still requires IAM (the page and its files
+    # go through the same proxy methods as every route)
+    serving = [key for key, f in _functions(variant).items() if env(f).get('OM_INSPECTOR') == 'true']
+    assert serving == [_ref(variant, 'AWS::Lambda::Function', 'ApiFunction')]
+    methods = _of_type(variant, 'AWS::ApiGateway::Method')
+    assert len(methods) == 2 and all(m['AuthorizationType'] == 'AWS_IAM' for m in methods.values())
+    with pytest.raises(SettingsError, match='inspector must be true or false'):
+        settings_from_context({'inspector': 'maybe'})
+
+
 def test_jwt_mode_uses_a_cognito_authorizer_and_passes_the_claim() -> None:
     _stack, template = synth_stack(
         {

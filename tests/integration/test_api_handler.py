@@ -242,7 +242,13 @@ def test_memory_of_a_thread(api: Api) -> None:
     assert body['scope'] == 'thread'
     assert body['observations'] == '' and body['generationCount'] == 0
     assert body['pendingMessageTokens'] > 0
-    assert set(body['thresholds']) == {'messageTokens', 'observationTokens'}
+    assert set(body['thresholds']) == {'messageTokens', 'observationTokens', 'blockAfter'}
+    # The default configuration buffers: blockAfter is 1.2 × each threshold, in tokens
+    block = body['thresholds']['blockAfter']
+    assert block == {
+        'observation': round(1.2 * body['thresholds']['messageTokens']),
+        'reflection': round(1.2 * body['thresholds']['observationTokens']),
+    }
     assert set(body['buffered']) == {'observations', 'reflection'}
 
 
@@ -260,6 +266,19 @@ def test_messages_pages_oldest_first(api: Api) -> None:
     assert [m['id'] for m in second['messages']] == ['m2', 'm3'] and second['hasMore'] is True
     assert [m['id'] for m in last['messages']] == ['m4'] and last['hasMore'] is False
     assert beyond['messages'] == [] and beyond['hasMore'] is False
+
+
+def test_messages_newest_first_pages_back_from_the_newest(api: Api) -> None:
+    for n in range(5):
+        api.step(f'message {n}', id=f'm{n}')
+
+    pages = [api.messages(page=str(p), perPage='2', direction='DESC')[1] for p in range(4)]
+
+    assert [[m['id'] for m in p['messages']] for p in pages] == [['m4', 'm3'], ['m2', 'm1'], ['m0'], []]
+    assert [p['hasMore'] for p in pages] == [True, True, False, False]
+    assert all(m['omStatus'] == 'unobserved' for m in pages[0]['messages'])
+    status, body = api.messages(direction='newest')
+    assert status == 422 and assert_error(body, 'validation_error')['details'][0]['field'] == 'direction'
 
 
 def test_messages_per_page_limit_is_1000(api: Api) -> None:

@@ -331,6 +331,10 @@ def test_reflection_creates_generation_and_keeps_history():
     ops = [(p['type'], p['data'].get('operationType')) for p in result.parts.to_json()]
     assert ('data-om-observation-end', 'reflection') in ops
     assert record.groups and record.groups[0].kind == 'reflection'
+    # The generations timeline: the log before the reflection, and what the reflection left
+    view = h.engine.generations_view('r1', 't1')['generations']
+    assert [g['initialObservationTokens'] for g in view] == [record.observation_tokens, None]
+    assert view[1]['observationTokens'] == history[1].observation_tokens > view[0]['initialObservationTokens']
 
 
 def test_reflection_that_cannot_shrink_backs_off_until_log_grows():

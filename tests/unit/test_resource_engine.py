@@ -152,6 +152,12 @@ def test_obscured_thread_ids_never_reach_the_models():
     assert f'<thread id="{shown}">' in record(h).active_observations
     assert record(h).cursors['project-atlas'] == 1  # cursors keep the real ids
     assert 'project-atlas"' not in result.system
+    # Readers (GET /memory, the generations, the inspector) see the real ids in the sections
+    for observations in (
+        h.engine.memory_view('r1', 'other-thread')['observations'],
+        h.engine.generations_view('r1', 'other-thread')['generations'][0]['observations'],
+    ):
+        assert '<thread id="project-atlas">' in observations and shown not in observations
 
 
 def test_reflection_waits_for_older_unobserved_messages():
