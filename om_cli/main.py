@@ -569,10 +569,20 @@ def build_parser() -> argparse.ArgumentParser:
         '  OM_BEARER_TOKEN=$(get-token) om inspect --api-url https://memory.example.com --auth bearer --port 8790',
         formatter_class=_Help,
     )
-    inspect.add_argument('--api-url', required=True, metavar='URL', help='the API base URL, stage included')
+    inspect.add_argument(
+        '--api-url',
+        required=True,
+        metavar='URL',
+        help='the API base URL, stage included, e.g. --api-url https://abc123.execute-api.eu-west-1.amazonaws.com/prod',
+    )
     inspect.add_argument('--auth', choices=('none', 'iam', 'bearer'), default='iam', help='how to sign the API calls')
-    inspect.add_argument('--token', help='bearer token for --auth bearer (default: $OM_BEARER_TOKEN)')
-    inspect.add_argument('--region', help='AWS region for --auth iam when the URL does not name one (custom domains)')
+    inspect.add_argument(
+        '--token', help='bearer token for --auth bearer (default: $OM_BEARER_TOKEN), e.g. --token "$(get-token)"'
+    )
+    inspect.add_argument(
+        '--region',
+        help='AWS region for --auth iam when the URL does not name one (custom domains), e.g. --region eu-west-1',
+    )
     inspect.add_argument('--port', type=int, default=8790, help='loopback port of the page, e.g. --port 8791 (0: any)')
     inspect.set_defaults(run=cmd_inspect)
 

@@ -120,7 +120,7 @@ def test_cli_help_describes_every_option_with_an_example():
     assert top.returncode == 0 and 'examples:' in top.stdout and 'om invoke sweeper' in top.stdout
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-    assert set(commands) == {'serve', 'invoke', 'chat', 'demo'}
+    assert set(commands) == {'serve', 'invoke', 'chat', 'demo', 'inspect'}
     for name, command in commands.items():
         assert command.epilog and 'om ' in command.epilog, name  # an example of the whole command
         for action in command._actions:
