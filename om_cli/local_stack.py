@@ -542,7 +542,7 @@ class LocalStack:
         if self._api_handler is None:
             module = importlib.import_module('functions.api.handler')
             isolate_requests(module.app)  # requests run on concurrent threads here; Lambda runs one at a time
-            self._api_handler = module.lambda_handler
+            self._api_handler = handler_for('api')  # through handler_for, like every function (metering wraps it)
         return self._api_handler
 
     def start(self) -> LocalStack:

@@ -185,7 +185,8 @@ def test_the_recall_form_returns_the_api_s_page(page, stack, api, trip, artifact
 
 def test_a_failed_reflection_shows_its_reason(page, stack, api, artifacts) -> None:
     thread = 'refused'
-    for fact in FACTS[:5]:
+    # Enough said for the log to pass observationTokens (300) once the turns before each input are observed
+    for fact in FACTS + FACTS:
         chat(api, thread, f'{REFUSE_MARKER} {fact}')
     stack.drain()
     failures = wait_for(lambda: memory(api, thread)['recentFailures'], timeout=30)
