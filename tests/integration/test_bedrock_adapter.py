@@ -20,30 +20,15 @@ from om_lib.errors import (
     ModelThrottledError,
     ModelUnavailableError,
 )
-from om_lib.llm import Content, FunctionCall, FunctionDeclaration, FunctionResponse, InlineBlob, ModelRequest
+from om_lib.llm import Content, FunctionCall, FunctionResponse, InlineBlob
 from om_lib.model_router import ModelRouter
 from om_lib.model_spec import ModelFallbacks, ModelRef
 from tests.fakes.fake_bedrock import ConverseReply, FakeBedrock, fake_bedrock_env
 from tests.fakes.model_guard import loopback_only
+from tests.integration.model_adapter_requests import PNG, RECALL, request
 
 NOVA = 'us.amazon.nova-lite-v1:0'
 CLAUDE = 'anthropic.claude-3-5-haiku-20241022-v1:0'
-PNG = b'\x89PNG\r\n\x1a\nfake-image-bytes'
-RECALL = FunctionDeclaration(
-    name='recall',
-    description='Look up older messages.',
-    parameters={'type': 'object', 'properties': {'query': {'type': 'string'}}, 'required': ['query']},
-)
-
-
-def request(**overrides: object) -> ModelRequest:
-    fields: dict[str, object] = {
-        'purpose': 'observer',
-        'system': 'You are the memory consciousness.',
-        'contents': (Content('user', ('Observe these messages.',)),),
-    }
-    fields.update(overrides)
-    return ModelRequest(**fields)  # type: ignore[arg-type]
 
 
 @pytest.fixture
