@@ -24,8 +24,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import unquote
 
-from om_lib.embedders import HashingEmbedder
-from tests.fakes.loopback import EmbedHandler, JsonRequestHandler, LoopbackServer, parse_json
+from tests.fakes.loopback import EmbedHandler, JsonRequestHandler, LoopbackServer, keyword_embedding, parse_json
 
 # POST /model/<modelId>/converse | /model/<modelId>/invoke; botocore percent-encodes the id (ARNs hold `/` and `:`).
 _ROUTE = re.compile(r'^/model/(?P<model>[^/]+)/(?P<operation>converse|invoke)$')
@@ -203,11 +202,6 @@ ConverseHandler = Callable[[ConverseRequest], ConverseReply]
 def default_handler(request: ConverseRequest) -> ConverseReply:
     """Answer every Converse call with a text naming the model."""
     return ConverseReply.text(f'fake answer from {request.model_id}')
-
-
-def keyword_embedding(text: str, dimensions: int) -> list[float]:
-    """Word-hashing vectors: texts sharing words are close, so a search finds what it should (no real semantics)."""
-    return HashingEmbedder(dimensions).embed([text], kind='document', timeout_s=1)[0]
 
 
 class FakeBedrock(LoopbackServer[FakeCall, ConverseReply]):

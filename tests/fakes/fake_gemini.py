@@ -11,10 +11,8 @@ or with a handler, and read `server.calls` to see what the client sent and which
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-import struct
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -23,7 +21,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.fakes.loopback import EmbedHandler, JsonRequestHandler, LoopbackServer, parse_json
+from tests.fakes.loopback import EmbedHandler, JsonRequestHandler, LoopbackServer, deterministic_embedding, parse_json
 
 # POST /<version>/models/<model>:<method>; the version is whatever the client is configured with (v1, v1beta).
 _ROUTE = re.compile(r'^/(?P<version>[^/]+)/models/(?P<model>[^/:]+):(?P<method>[A-Za-z]+)$')
@@ -197,17 +195,6 @@ Handler = Callable[[FakeRequest], FakeReply]
 def default_handler(request: FakeRequest) -> FakeReply:
     """Answer every generateContent with a fixed text naming the model."""
     return FakeReply.text(f'fake answer from {request.model}')
-
-
-def deterministic_embedding(text: str, dimensions: int) -> list[float]:
-    """A unit-free, repeatable vector derived from the text's SHA-256 (same text → same vector)."""
-    values: list[float] = []
-    counter = 0
-    while len(values) < dimensions:
-        digest = hashlib.sha256(f'{counter}:{text}'.encode()).digest()
-        values += [(word / 0xFFFFFFFF) * 2 - 1 for word in struct.unpack('>8I', digest)]
-        counter += 1
-    return values[:dimensions]
 
 
 class FakeGemini(LoopbackServer[FakeCall, FakeReply]):

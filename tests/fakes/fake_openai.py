@@ -26,8 +26,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.fakes.fake_gemini import deterministic_embedding
-from tests.fakes.loopback import EmbedHandler, JsonRequestHandler, LoopbackServer, parse_json
+from tests.fakes.loopback import EmbedHandler, JsonRequestHandler, LoopbackServer, deterministic_embedding, parse_json
 
 _ERROR_TYPES = {
     400: 'invalid_request_error',

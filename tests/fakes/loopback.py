@@ -1,10 +1,13 @@
 """What the loopback model fakes (Gemini, Bedrock, OpenAI) share: the server's lifecycle, scripted replies, the
-request log, scripted delays and the JSON request handler. Each fake keeps only its wire protocol."""
+request log, scripted delays, the JSON request handler and the fake embeddings. Each fake keeps only its wire
+protocol."""
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import struct
 import threading
 import time
 from collections import defaultdict, deque
@@ -12,7 +15,25 @@ from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, Protocol, Self, TypeVar
 
+from om_lib.embedders import HashingEmbedder
+
 EmbedHandler = Callable[[str, int], list[float]]
+
+
+def deterministic_embedding(text: str, dimensions: int) -> list[float]:
+    """A unit-free, repeatable vector derived from the text's SHA-256 (same text → same vector)."""
+    values: list[float] = []
+    counter = 0
+    while len(values) < dimensions:
+        digest = hashlib.sha256(f'{counter}:{text}'.encode()).digest()
+        values += [(word / 0xFFFFFFFF) * 2 - 1 for word in struct.unpack('>8I', digest)]
+        counter += 1
+    return values[:dimensions]
+
+
+def keyword_embedding(text: str, dimensions: int) -> list[float]:
+    """Word-hashing vectors: texts sharing words are close, so a search finds what it should (no real semantics)."""
+    return HashingEmbedder(dimensions).embed([text], kind='document', timeout_s=1)[0]
 
 
 class LoggedCall(Protocol):

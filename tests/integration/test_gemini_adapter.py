@@ -18,7 +18,7 @@ from om_lib.model_router import ModelRouter
 from om_lib.model_spec import ModelFallbacks, ModelRef
 from tests.fakes.fake_gemini import FakeGemini, FakeReply, fake_gemini_env
 from tests.fakes.model_guard import ModelRequestBlockedError, loopback_only
-from tests.integration.model_adapter_requests import PNG, request
+from tests.integration.model_adapters import PNG, request
 
 MODEL = 'gemini-2.5-flash'
 

@@ -19,19 +19,15 @@ from om_lib.llm import Content, FunctionCall, FunctionResponse, InlineBlob
 from om_lib.model_router import ModelRouter
 from om_lib.model_spec import ModelRef
 from tests.fakes.fake_openai import ChatReply, FakeOpenAI, ToolCall, fake_openai_env
-from tests.fakes.model_guard import loopback_only
-from tests.integration.model_adapter_requests import PNG, RECALL
-from tests.integration.model_adapter_requests import actor_request as request
+from tests.integration.model_adapters import PNG, RECALL, serving
+from tests.integration.model_adapters import actor_request as request
 
 MODEL = 'gpt-4o-mini'
 
 
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
-    with loopback_only(), FakeOpenAI() as fake:
-        # Configured the way production is: the client's own environment variables.
-        for key, value in fake_openai_env(fake).items():
-            monkeypatch.setenv(key, value)
+    with serving(FakeOpenAI(), fake_openai_env, monkeypatch) as fake:
         yield fake
 
 
