@@ -13,37 +13,21 @@ from typing import Any
 
 from om_lib import titles
 from om_lib.background import keep_background_parts
-from om_lib.buffered import ObservationBuffering
 from om_lib.errors import ThreadNotFoundError
-from om_lib.observation import ObservationPipeline, backlog_of
+from om_lib.observation import backlog_of
 from om_lib.parts import CycleParts, ObservationEnd, OMPart
 from om_lib.record_writer import lease_active
 from om_lib.records import OMRecord, record_key
-from om_lib.reflection import WORKER_BUDGET_S, Reflection
-from om_lib.resource_view import ResourceView
-from om_lib.runtime import Cycle, Runtime, has_pending_tool_call
+from om_lib.reflection import WORKER_BUDGET_S
+from om_lib.rooms import MemoryRooms
+from om_lib.runtime import Cycle, has_pending_tool_call
 from om_lib.work import Job
 
 logger = logging.getLogger(__name__)
 
 
-class Jobs:
+class Jobs(MemoryRooms):
     """The worker's entry points over the pipeline, reflection, buffering and (resource scope) the resource view."""
-
-    def __init__(
-        self,
-        rt: Runtime,
-        pipeline: ObservationPipeline,
-        reflection: Reflection,
-        *,
-        buffering: ObservationBuffering | None,
-        resource: ResourceView | None,
-    ) -> None:
-        self.rt = rt
-        self.pipeline = pipeline
-        self.reflection = reflection
-        self.buffering = buffering
-        self.resource = resource
 
     def run(self, job: Job, *, deadline: float | None = None) -> CycleParts:
         """Do one background job. Raises ThreadNotFoundError when its thread is gone (erased): a late job writes

@@ -25,17 +25,16 @@ from datetime import datetime
 
 from om_lib import actor_context as actor
 from om_lib.background import deliver_background_parts
-from om_lib.buffered import ObservationBuffering
 from om_lib.ids import check_id
 from om_lib.messages import Message
-from om_lib.observation import MIN_SYNC_OBSERVATION_S, ObservationPipeline, backlog_of
+from om_lib.observation import MIN_SYNC_OBSERVATION_S, backlog_of
 from om_lib.parts import CycleParts
 from om_lib.ports import AppendResult
 from om_lib.record_writer import lease_active
 from om_lib.records import OMRecord, Thread
-from om_lib.reflection import MIN_SYNC_REFLECTION_S, Reflection
-from om_lib.resource_view import ResourceView
-from om_lib.runtime import Runtime, before_step_input, has_pending_tool_call
+from om_lib.reflection import MIN_SYNC_REFLECTION_S
+from om_lib.rooms import MemoryRooms
+from om_lib.runtime import before_step_input, has_pending_tool_call
 from om_lib.work import Job
 
 logger = logging.getLogger(__name__)
@@ -63,23 +62,8 @@ class TurnResult:
     scheduled: list[str] = field(default_factory=list)
 
 
-class Steps:
+class Steps(MemoryRooms):
     """Steps and turns over the pipeline, reflection, buffering and (resource scope) the resource view."""
-
-    def __init__(
-        self,
-        rt: Runtime,
-        pipeline: ObservationPipeline,
-        reflection: Reflection,
-        *,
-        buffering: ObservationBuffering | None,
-        resource: ResourceView | None,
-    ) -> None:
-        self.rt = rt
-        self.pipeline = pipeline
-        self.reflection = reflection
-        self.buffering = buffering
-        self.resource = resource
 
     # -- the step ------------------------------------------------------------------------------------------------------
     def prepare(

@@ -14,7 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from om_lib.adapters.bedrock_model import READ_TIMEOUT_PARAM, BedrockLanguageModel, map_bedrock_errors
-from om_lib.errors import DeadlineExceededError, ModelOutputError
+from om_lib.adapters.provider_calls import embedding_text, time_left
+from om_lib.errors import ModelOutputError
 from om_lib.ports import EmbeddingKind
 from om_lib.vectors import normalise
 
@@ -71,10 +72,8 @@ class BedrockEmbedder:
             return list(pool.map(lambda text: self._one(client, text, deadline), texts))
 
     def _one(self, client: Any, text: str, deadline: float) -> list[float]:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise DeadlineExceededError(f'no time left to embed with bedrock/{self.model_id}')
-        body: dict[str, Any] = {'inputText': (text or ' ')[:MAX_CHARS]}
+        left = time_left(deadline, f'bedrock/{self.model_id}')
+        body: dict[str, Any] = {'inputText': embedding_text(text, MAX_CHARS)}
         if self.model_id != 'amazon.titan-embed-text-v1':
             body |= {'dimensions': self.dimensions, 'normalize': True}
         with map_bedrock_errors(self.model_id, self.bedrock.region):

@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from om_lib.adapters.chat_turns import CONTINUATION, paired_turns
-from om_lib.adapters.retry_after import retry_after_s
+from om_lib.adapters.provider_calls import unavailable_error
 from om_lib.errors import (
     DeadlineExceededError,
     ModelOutputError,
     ModelRequestError,
-    ModelThrottledError,
     ModelUnavailableError,
 )
 from om_lib.llm import Content, FunctionCall, FunctionResponse, InlineBlob, ModelRequest, ModelResponse, Usage
@@ -440,12 +439,11 @@ def map_bedrock_errors(model_id: str, region: str) -> Iterator[None]:
         if code in _TRANSIENT_CODES or (status is not None and (status >= 500 or status == 429)):
             # ModelNotReadyException is also a 429, but a model waking up, not a rate limit.
             throttled = code in _THROTTLING_CODES or (status == 429 and code not in _TRANSIENT_CODES)
-            unavailable = ModelThrottledError if throttled else ModelUnavailableError
-            raise unavailable(
+            raise unavailable_error(
                 f'Bedrock is unavailable for {name}: {code} ({reason})',
                 status_code=status,
-                # Bedrock seldom sends one; a gateway in front of it may.
-                retry_after_s=retry_after_s(metadata.get('HTTPHeaders')),
+                throttled=throttled,
+                headers=metadata.get('HTTPHeaders'),  # Bedrock seldom sends a Retry-After; a gateway in front may
             ) from exc
         if code == 'AccessDeniedException':
             message = (

@@ -13,7 +13,8 @@ import time
 from collections.abc import Sequence
 
 from om_lib.adapters.gemini_model import GeminiLanguageModel, _map_errors, _sdk
-from om_lib.errors import DeadlineExceededError, ModelOutputError
+from om_lib.adapters.provider_calls import embedding_batches
+from om_lib.errors import ModelOutputError
 from om_lib.ports import EmbeddingKind
 from om_lib.vectors import normalise
 
@@ -49,10 +50,9 @@ class GeminiEmbedder:
         sdk = _sdk()
         client = self.gemini.client()
         out: list[list[float]] = []
-        for start in range(0, len(texts), BATCH):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise DeadlineExceededError(f'no time left to embed with {self.model_id}')
+        for batch, left in embedding_batches(
+            texts, size=BATCH, max_chars=MAX_CHARS, deadline=deadline, model_name=self.model_id
+        ):
             config = sdk.types.EmbedContentConfig(
                 task_type=_TASK_TYPES[kind],
                 output_dimensionality=self.dimensions,
@@ -60,7 +60,6 @@ class GeminiEmbedder:
                     timeout=max(1, math.ceil(left * 1000)), retry_options=sdk.types.HttpRetryOptions(attempts=1)
                 ),
             )
-            batch = [(text or ' ')[:MAX_CHARS] for text in texts[start : start + BATCH]]
             with _map_errors(sdk, self.model_id):
                 response = client.models.embed_content(model=self.model_id, contents=batch, config=config)
             embeddings = response.embeddings or []

@@ -11,18 +11,16 @@ import functools
 import importlib
 import logging
 import math
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from om_lib.adapters.retry_after import retry_after_s
+from om_lib.adapters.provider_calls import KeyedClient, unavailable_error
 from om_lib.errors import (
     DeadlineExceededError,
     ModelOutputError,
     ModelRequestError,
-    ModelThrottledError,
     ModelUnavailableError,
 )
 from om_lib.llm import (
@@ -181,11 +179,10 @@ class GeminiLanguageModel:
                 falling back to Google's endpoint.
             client: A ready client to use instead (tests, custom transports). Its retry settings are the caller's.
         """
-        self._api_key = api_key
-        self._api_key_provider = api_key_provider
         self._base_url = base_url
-        self._client = client
-        self._lock = threading.Lock()
+        self._client = KeyedClient(
+            self._build_client, api_key=api_key, api_key_provider=api_key_provider, client=client
+        )
 
     def warm_up(self) -> None:
         """Import google-genai now (Lambda init / SnapStart snapshots it); sends no request and reads no key.
@@ -216,27 +213,20 @@ class GeminiLanguageModel:
 
     def client(self) -> genai.Client:
         """The google-genai client for the current key (the embedder shares it)."""
-        # Warm Lambda invocations reuse the client (and its connection pool); the lock keeps threads from racing.
-        key = self._api_key_provider() if self._api_key_provider is not None else self._api_key
-        with self._lock:
-            if self._client is not None and key != self._api_key:
-                self._client = None  # the key changed (rotation, or a placeholder replaced): new client
-            self._api_key = key
-            if self._client is None:
-                sdk = _sdk()
-                http_options = sdk.types.HttpOptions(
-                    base_url=self._base_url,
-                    # attempts=1: the client must not retry behind the router's back and past its deadline.
-                    retry_options=sdk.types.HttpRetryOptions(attempts=1),
-                )
-                try:
-                    self._client = sdk.genai.Client(api_key=self._api_key, http_options=http_options)
-                except ValueError as exc:
-                    # The client refuses to start without an API key; that is a permanent setup problem.
-                    raise ModelRequestError(
-                        'no Gemini API key: pass api_key or set GEMINI_API_KEY / GOOGLE_API_KEY'
-                    ) from exc
-            return self._client
+        return self._client.get()
+
+    def _build_client(self, key: str | None) -> genai.Client:
+        sdk = _sdk()
+        http_options = sdk.types.HttpOptions(
+            base_url=self._base_url,
+            # attempts=1: the client must not retry behind the router's back and past its deadline.
+            retry_options=sdk.types.HttpRetryOptions(attempts=1),
+        )
+        try:
+            return cast('genai.Client', sdk.genai.Client(api_key=key, http_options=http_options))
+        except ValueError as exc:
+            # The client refuses to start without an API key; that is a permanent setup problem.
+            raise ModelRequestError('no Gemini API key: pass api_key or set GEMINI_API_KEY / GOOGLE_API_KEY') from exc
 
     @staticmethod
     def _config(sdk: _Sdk, model_id: str, request: ModelRequest, timeout_s: float) -> genai_types.GenerateContentConfig:
@@ -294,12 +284,11 @@ def _map_errors(sdk: _Sdk, model_id: str) -> Iterator[None]:
                 f'Gemini refused the request to {model_id}: {status} {exc.status or ""}'.rstrip(),
                 status_code=status,
             ) from exc
-        # A rate limit gets its own type: the workflow's retry waits longer for it than for an outage.
-        unavailable = ModelThrottledError if status == 429 else ModelUnavailableError
-        raise unavailable(
+        raise unavailable_error(
             f'Gemini is unavailable for {model_id}: {status} {exc.status or ""}'.rstrip(),
             status_code=status if isinstance(status, int) else None,
-            retry_after_s=retry_after_s(getattr(getattr(exc, 'response', None), 'headers', None)),
+            throttled=status == 429,
+            headers=getattr(getattr(exc, 'response', None), 'headers', None),
         ) from exc
     except sdk.errors.UnknownApiResponseError as exc:
         # A body that is not JSON comes from a proxy or load balancer in trouble, not from the model.

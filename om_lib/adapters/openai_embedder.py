@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from om_lib.adapters.openai_model import OpenAILanguageModel, _sdk, map_openai_errors
-from om_lib.errors import DeadlineExceededError, ModelOutputError
+from om_lib.adapters.provider_calls import embedding_batches
+from om_lib.errors import ModelOutputError
 from om_lib.ports import EmbeddingKind
 from om_lib.vectors import normalise
 
@@ -41,11 +42,10 @@ class OpenAIEmbedder:
         sdk = _sdk()
         client = self.openai.client()
         out: list[list[float]] = []
-        for start in range(0, len(texts), BATCH):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise DeadlineExceededError(f'no time left to embed with openai/{self.model_id}')
-            batch = [(text or ' ')[:MAX_CHARS] for text in texts[start : start + BATCH]]
+        batches = embedding_batches(
+            texts, size=BATCH, max_chars=MAX_CHARS, deadline=deadline, model_name=f'openai/{self.model_id}'
+        )
+        for batch, left in batches:
             # float: what every compatible gateway returns (the client would otherwise ask for base64).
             request: dict[str, Any] = {'model': self.model_id, 'input': batch, 'encoding_format': 'float'}
             if self.sends_dimensions:

@@ -13,19 +13,17 @@ import functools
 import json
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from om_lib.adapters.chat_turns import paired_turns
-from om_lib.adapters.retry_after import retry_after_s
+from om_lib.adapters.provider_calls import KeyedClient, unavailable_error
 from om_lib.errors import (
     DeadlineExceededError,
     ModelOutputError,
     ModelRequestError,
-    ModelThrottledError,
     ModelUnavailableError,
 )
 from om_lib.llm import Content, FunctionCall, FunctionResponse, InlineBlob, ModelRequest, ModelResponse, Usage
@@ -115,11 +113,10 @@ class OpenAILanguageModel:
             api_key_provider: Asked for the key on every call instead (a cached Secrets Manager read); the client is
                 rebuilt when the key changes.
         """
-        self._api_key = api_key
-        self._api_key_provider = api_key_provider
         self._base_url = base_url
-        self._client = client
-        self._lock = threading.Lock()
+        self._client = KeyedClient(
+            self._build_client, api_key=api_key, api_key_provider=api_key_provider, client=client
+        )
 
     def warm_up(self) -> None:
         """Import the openai package now (Lambda init / SnapStart); sends no request and reads no key."""
@@ -127,23 +124,19 @@ class OpenAILanguageModel:
 
     def client(self) -> openai.OpenAI:
         """The client for the current key (the embedder shares it)."""
-        key = self._api_key_provider() if self._api_key_provider is not None else self._api_key
-        with self._lock:
-            if self._client is not None and key != self._api_key:
-                self._client = None  # the key changed (rotation, or a placeholder replaced): new client
-            self._api_key = key
-            if self._client is None:
-                sdk = _sdk()
-                base_url = self._base_url or os.environ.get('OPENAI_BASE_URL') or None
-                api_key = key or os.environ.get('OPENAI_API_KEY') or (NO_KEY if base_url else None)
-                try:
-                    # max_retries=0: the client must not retry behind the router's back and past its deadline.
-                    self._client = sdk.openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=0)
-                except sdk.openai.OpenAIError as exc:
-                    raise ModelRequestError(
-                        'no OpenAI API key: set OPENAI_API_KEY (or OPENAI_BASE_URL for a gateway that needs none)'
-                    ) from exc
-            return self._client
+        return self._client.get()
+
+    def _build_client(self, key: str | None) -> openai.OpenAI:
+        sdk = _sdk()
+        base_url = self._base_url or os.environ.get('OPENAI_BASE_URL') or None
+        api_key = key or os.environ.get('OPENAI_API_KEY') or (NO_KEY if base_url else None)
+        try:
+            # max_retries=0: the client must not retry behind the router's back and past its deadline.
+            return cast('openai.OpenAI', sdk.openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=0))
+        except sdk.openai.OpenAIError as exc:
+            raise ModelRequestError(
+                'no OpenAI API key: set OPENAI_API_KEY (or OPENAI_BASE_URL for a gateway that needs none)'
+            ) from exc
 
     def generate(self, model_id: str, request: ModelRequest, *, timeout_s: float) -> ModelResponse:
         """Run one chat completion: one attempt, no client retries, at most `timeout_s` seconds.
@@ -307,12 +300,11 @@ def map_openai_errors(sdk: _Sdk, model_id: str) -> Iterator[None]:
         code = getattr(exc, 'code', None)
         reason = _reason(exc)
         if (status in _TRANSIENT_STATUSES or status >= 500) and code not in _PERMANENT_429_CODES:
-            # A rate limit gets its own type: the workflow's retry waits longer for it than for an outage.
-            unavailable = ModelThrottledError if status == 429 else ModelUnavailableError
-            raise unavailable(
+            raise unavailable_error(
                 f'{name} is unavailable: {status} ({reason})',
                 status_code=status,
-                retry_after_s=retry_after_s(exc.response.headers),
+                throttled=status == 429,
+                headers=exc.response.headers,
             ) from exc
         hint = {
             401: ': check OPENAI_API_KEY (deployed stacks: the OpenAI secret)',

@@ -5,8 +5,8 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.fakes.fake_gemini import deterministic_embedding
 from tests.fakes.fake_openai import ChatReply, FakeOpenAI, fake_openai_env
+from tests.fakes.loopback import deterministic_embedding
 from tests.fakes.model_guard import loopback_only
 
 

@@ -16,17 +16,15 @@ from __future__ import annotations
 import base64
 import json
 import re
-import threading
 import time
-from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import unquote
 
-from om_lib.embedders import HashingEmbedder
+from tests.fakes.loopback import EmbedHandler, JsonRequestHandler, LoopbackServer, keyword_embedding, parse_json
 
 # POST /model/<modelId>/converse | /model/<modelId>/invoke; botocore percent-encodes the id (ARNs hold `/` and `:`).
 _ROUTE = re.compile(r'^/model/(?P<model>[^/]+)/(?P<operation>converse|invoke)$')
@@ -194,11 +192,11 @@ class FakeCall:
     model_id: str
     request: ConverseRequest | InvokeRequest
     received_at: float
+    answered_at: float | None = None
     status: int | None = None
 
 
 ConverseHandler = Callable[[ConverseRequest], ConverseReply]
-EmbedHandler = Callable[[str, int], list[float]]
 
 
 def default_handler(request: ConverseRequest) -> ConverseReply:
@@ -206,85 +204,34 @@ def default_handler(request: ConverseRequest) -> ConverseReply:
     return ConverseReply.text(f'fake answer from {request.model_id}')
 
 
-def keyword_embedding(text: str, dimensions: int) -> list[float]:
-    """Word-hashing vectors: texts sharing words are close, so a search finds what it should (no real semantics)."""
-    return HashingEmbedder(dimensions).embed([text], kind='document', timeout_s=1)[0]
-
-
-@dataclass
-class _State:
-    scripts: dict[str | None, deque[ConverseReply]] = field(default_factory=lambda: defaultdict(deque))
-    calls: list[FakeCall] = field(default_factory=list)
-
-
-class FakeBedrock:
+class FakeBedrock(LoopbackServer[FakeCall, ConverseReply]):
     """A threaded HTTP server on 127.0.0.1 (random port) speaking Converse and Titan-embeddings InvokeModel.
 
     Converse replies come from the model's script, then the shared script, then `handler`. InvokeModel answers as
     `amazon.titan-embed-text-v1/v2` do (`embedding`, `inputTextTokenCount`); a scripted error applies to it too.
     """
 
+    thread_name = 'fake-bedrock'
+
     def __init__(
         self, handler: ConverseHandler = default_handler, *, embed_handler: EmbedHandler = keyword_embedding
     ) -> None:
         """Create a stopped server; use it as a context manager or call `start()` / `stop()`."""
+        super().__init__()
         self.handler = handler
         self.embed_handler = embed_handler
-        self._state = _State()
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
-    # -- lifecycle ---------------------------------------------------------------------------------------------
-    def start(self) -> FakeBedrock:
-        """Bind to a free loopback port and serve in a background thread."""
-        server = ThreadingHTTPServer(('127.0.0.1', 0), _make_request_handler(self))
-        server.daemon_threads = True
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,), name='fake-bedrock', daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving, and wake handlers sleeping in a scripted delay."""
-        self._stopping.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> FakeBedrock:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        """`http://127.0.0.1:<port>`: the client's endpoint URL."""
-        if self._server is None:
-            raise RuntimeError('FakeBedrock is not started')
-        host, port = self._server.server_address[:2]
-        return f'http://{host!s}:{port}'
+    def _request_handler(self) -> type[BaseHTTPRequestHandler]:
+        return _make_request_handler(self)
 
     # -- scripting and the log ---------------------------------------------------------------------------------
     def script(self, model_id: str | None, *replies: ConverseReply) -> None:
         """Queue replies for `model_id` (None: any model), used one per request before `handler`."""
-        with self._lock:
-            self._state.scripts[model_id].extend(replies)
+        self._add_script(model_id, replies)
 
     def pending(self, model_id: str | None = None) -> int:
         """Scripted replies not used yet."""
-        with self._lock:
-            return len(self._state.scripts[model_id])
-
-    @property
-    def calls(self) -> list[FakeCall]:
-        """A snapshot of the request log, in arrival order."""
-        with self._lock:
-            return [replace(call) for call in self._state.calls]
+        return self._pending(model_id)
 
     def calls_for(self, model_id: str) -> list[FakeCall]:
         """The logged calls to one model."""
@@ -300,29 +247,7 @@ class FakeBedrock:
         """The InvokeModel requests received, in order."""
         return [c.request for c in self.calls if isinstance(c.request, InvokeRequest)]
 
-    def reset(self) -> None:
-        """Forget scripts and the log."""
-        with self._lock:
-            self._state = _State()
-
     # -- serving (handler threads) -----------------------------------------------------------------------------
-    def _receive(self, call: FakeCall) -> ConverseReply | None:
-        with self._lock:
-            self._state.calls.append(call)
-            for key in (call.model_id, None):
-                queue = self._state.scripts.get(key)
-                if queue:
-                    return queue.popleft()
-        return None
-
-    def _answered(self, call: FakeCall, status: int) -> None:
-        with self._lock:
-            call.status = status
-
-    def _wait(self, delay_s: float) -> None:
-        if delay_s > 0:
-            self._stopping.wait(delay_s)
-
     def embedding(self, request: InvokeRequest) -> dict[str, Any]:
         """The Titan embeddings answer: v2 honours `dimensions` (256/512/1024, default 1024) and `normalize`."""
         text = str(request.body.get('inputText', ''))
@@ -332,45 +257,35 @@ class FakeBedrock:
         return {'embedding': vector, 'inputTextTokenCount': max(1, len(text.split()))}
 
 
-def _error_body(code: str, message: str) -> tuple[int, dict[str, Any]]:
-    return ERROR_STATUS.get(code, 400), {'message': message}
-
-
 def _make_request_handler(fake: FakeBedrock) -> type[BaseHTTPRequestHandler]:
-    class _Handler(BaseHTTPRequestHandler):
-        protocol_version = 'HTTP/1.1'
-        # Headers and body go out as two writes on a kept-alive connection: without TCP_NODELAY the body waits for
-        # the client's delayed ACK (~40 ms a call).
-        disable_nagle_algorithm = True
-
+    class _Handler(JsonRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            length = int(self.headers.get('Content-Length') or 0)
-            raw = self.rfile.read(length) if length else b''
-            match = _ROUTE.match(self.path.split('?', 1)[0])
+            raw = self._read_body()
+            match = _ROUTE.match(self._route())
             if match is None:
                 self._send(404, {'message': f'no route for {self.path}'}, 'UnknownOperationException')
                 return
             try:
-                body = json.loads(raw or b'{}')
+                body = parse_json(raw)
             except json.JSONDecodeError:
                 self._send(400, {'message': 'the body is not JSON'}, 'ValidationException')
                 return
             model_id = unquote(match['model'])
-            headers = {key.lower(): value for key, value in self.headers.items()}
+            headers = self._lower_headers()
             if match['operation'] == 'converse':
                 request: ConverseRequest | InvokeRequest = ConverseRequest(model_id, body, headers)
             else:
                 request = InvokeRequest(model_id, body, headers)
             call = FakeCall(match['operation'], model_id, request, time.monotonic())
-            reply = fake._receive(call)
+            reply = fake._receive(call, model_id, None)
             if isinstance(request, ConverseRequest) and reply is None:
                 reply = fake.handler(request)
             if reply is not None:
                 fake._wait(reply.delay_s)
             if reply is not None and reply.error_code:
-                status, payload = _error_body(reply.error_code, reply.error_message)
+                status = ERROR_STATUS.get(reply.error_code, 400)
                 fake._answered(call, status)
-                self._send(status, payload, reply.error_code, retry_after=reply.retry_after)
+                self._send(status, {'message': reply.error_message}, reply.error_code, retry_after=reply.retry_after)
             elif isinstance(request, ConverseRequest):
                 assert reply is not None
                 fake._answered(call, 200)
@@ -382,26 +297,14 @@ def _make_request_handler(fake: FakeBedrock) -> type[BaseHTTPRequestHandler]:
         def _send(
             self, status: int, body: dict[str, Any], error_type: str | None = None, *, retry_after: str | None = None
         ) -> None:
-            payload = json.dumps(body).encode()
-            try:
-                self.send_response(status)
-                self.send_header('Content-Type', 'application/json')
-                self.send_header('Content-Length', str(len(payload)))
-                self.send_header('x-amzn-RequestId', 'fake-request-id')
-                if retry_after is not None:
-                    self.send_header('Retry-After', retry_after)
-                if error_type:
-                    self.send_header(
-                        'x-amzn-ErrorType', f'{error_type}:http://internal.amazon.com/coral/com.amazon.bedrock/'
-                    )
-                self.end_headers()
-                self.wfile.write(payload)
-                self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (its read timeout fired)
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature fixed by http.server
-            return
+            headers = [('x-amzn-RequestId', 'fake-request-id')]
+            if retry_after is not None:
+                headers.append(('Retry-After', retry_after))
+            if error_type:
+                headers.append(
+                    ('x-amzn-ErrorType', f'{error_type}:http://internal.amazon.com/coral/com.amazon.bedrock/')
+                )
+            self._send_json(status, body, headers)  # a client that gave up (its read timeout fired) is no error
 
     return _Handler
 

@@ -11,19 +11,17 @@ or with a handler, and read `server.calls` to see what the client sent and which
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-import struct
-import threading
 import time
-from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fakes.loopback import EmbedHandler, JsonRequestHandler, LoopbackServer, deterministic_embedding, parse_json
 
 # POST /<version>/models/<model>:<method>; the version is whatever the client is configured with (v1, v1beta).
 _ROUTE = re.compile(r'^/(?P<version>[^/]+)/models/(?P<model>[^/:]+):(?P<method>[A-Za-z]+)$')
@@ -192,7 +190,6 @@ class FakeCall:
 
 
 Handler = Callable[[FakeRequest], FakeReply]
-EmbedHandler = Callable[[str, int], list[float]]
 
 
 def default_handler(request: FakeRequest) -> FakeReply:
@@ -200,29 +197,14 @@ def default_handler(request: FakeRequest) -> FakeReply:
     return FakeReply.text(f'fake answer from {request.model}')
 
 
-def deterministic_embedding(text: str, dimensions: int) -> list[float]:
-    """A unit-free, repeatable vector derived from the text's SHA-256 (same text → same vector)."""
-    values: list[float] = []
-    counter = 0
-    while len(values) < dimensions:
-        digest = hashlib.sha256(f'{counter}:{text}'.encode()).digest()
-        values += [(word / 0xFFFFFFFF) * 2 - 1 for word in struct.unpack('>8I', digest)]
-        counter += 1
-    return values[:dimensions]
-
-
-@dataclass
-class _State:
-    scripts: dict[str, deque[FakeReply]] = field(default_factory=lambda: defaultdict(deque))
-    calls: list[FakeCall] = field(default_factory=list)
-
-
-class FakeGemini:
+class FakeGemini(LoopbackServer[FakeCall, FakeReply]):
     """A threaded HTTP server on 127.0.0.1 (random port) speaking enough of the Gemini REST API.
 
     Replies come, per request, from the model's script queue if it has entries left, else from `handler`.
     `embedContent` / `batchEmbedContents` answer with `embed_handler` (deterministic vectors by default).
     """
+
+    thread_name = 'fake-gemini'
 
     def __init__(
         self,
@@ -232,68 +214,23 @@ class FakeGemini:
         embedding_dimensions: int = 8,
     ) -> None:
         """Create a stopped server; use it as a context manager or call `start()` / `stop()`."""
+        super().__init__()
         self.handler = handler
         self.embed_handler = embed_handler
         self.embedding_dimensions = embedding_dimensions
-        self._state = _State()
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
-    # -- lifecycle ---------------------------------------------------------------------------------------------
+    def _request_handler(self) -> type[BaseHTTPRequestHandler]:
+        return _make_request_handler(self)
 
-    def start(self) -> FakeGemini:
-        """Bind to a free loopback port and serve in a background thread."""
-        server = ThreadingHTTPServer(('127.0.0.1', 0), _make_request_handler(self))
-        server.daemon_threads = True  # a handler still sleeping in a scripted delay must not block shutdown
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,), name='fake-gemini', daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving, and wake handlers sleeping in a scripted delay."""
-        self._stopping.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> FakeGemini:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        """`http://127.0.0.1:<port>` (no trailing slash): the client's base URL."""
-        if self._server is None:
-            raise RuntimeError('FakeGemini is not started')
-        host, port = self._server.server_address[:2]
-        return f'http://{host!s}:{port}'
-
-    # -- scripting ---------------------------------------------------------------------------------------------
+    # -- scripting and the log ---------------------------------------------------------------------------------
 
     def script(self, model: str, *replies: FakeReply) -> None:
         """Queue replies for `model`, used one per request in order before falling back to `handler`."""
-        with self._lock:
-            self._state.scripts[model].extend(replies)
+        self._add_script(model, replies)
 
     def pending(self, model: str) -> int:
         """Scripted replies for `model` not used yet."""
-        with self._lock:
-            return len(self._state.scripts[model])
-
-    # -- request log -------------------------------------------------------------------------------------------
-
-    @property
-    def calls(self) -> list[FakeCall]:
-        """A snapshot (copies) of the request log, in arrival order."""
-        with self._lock:
-            return [replace(call) for call in self._state.calls]
+        return self._pending(model)
 
     def calls_for(self, model: str) -> list[FakeCall]:
         """The logged calls to one model."""
@@ -304,19 +241,11 @@ class FakeGemini:
         """The requests received, in arrival order."""
         return [call.request for call in self.calls]
 
-    def reset(self) -> None:
-        """Forget scripts and the log."""
-        with self._lock:
-            self._state = _State()
-
     # -- serving (called from handler threads) -----------------------------------------------------------------
 
-    def _receive(self, request: FakeRequest) -> tuple[FakeCall, FakeReply]:
+    def _reply(self, request: FakeRequest) -> tuple[FakeCall, FakeReply]:
         call = FakeCall(model=request.model, method=request.method, request=request, received_at=time.monotonic())
-        with self._lock:
-            self._state.calls.append(call)
-            queue = self._state.scripts.get(request.model)
-            scripted = queue.popleft() if queue else None
+        scripted = self._receive(call, request.model)
         if request.method in ('embedContent', 'batchEmbedContents'):
             reply = scripted or self._embed_reply(request)
         elif request.method == 'generateContent':
@@ -335,67 +264,36 @@ class FakeGemini:
             return FakeReply(200, {'embeddings': [vector(item) for item in request.body.get('requests') or []]})
         return FakeReply(200, {'embedding': vector(request.body)})
 
-    def _wait(self, delay_s: float) -> None:
-        if delay_s > 0:
-            self._stopping.wait(delay_s)
-
-    def _answered(self, call: FakeCall, status: int) -> None:
-        with self._lock:
-            call.answered_at = time.monotonic()
-            call.status = status
-
     def _client_gone(self, call: FakeCall) -> None:
         with self._lock:
             call.client_gone = True
 
 
 def _make_request_handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
-    class _Handler(BaseHTTPRequestHandler):
+    class _Handler(JsonRequestHandler):
+        protocol_version = 'HTTP/1.0'  # one connection a request, as google-genai has always been served here
+        content_type = 'application/json; charset=UTF-8'
+
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            length = int(self.headers.get('Content-Length') or 0)
-            raw = self.rfile.read(length) if length else b''
-            path = self.path.split('?', 1)[0]
+            raw = self._read_body()
+            path = self._route()
             match = _ROUTE.match(path)
             if match is None:
-                self._send(HTTPStatus.NOT_FOUND, FakeReply.error(404, f'no route for {path}').body)
+                self._send_json(HTTPStatus.NOT_FOUND, FakeReply.error(404, f'no route for {path}').body)
                 return
             try:
-                body = json.loads(raw or b'{}')
+                body = parse_json(raw)
             except json.JSONDecodeError:
-                self._send(HTTPStatus.BAD_REQUEST, FakeReply.error(400, 'body is not JSON').body)
+                self._send_json(HTTPStatus.BAD_REQUEST, FakeReply.error(400, 'body is not JSON').body)
                 return
             request = FakeRequest(
-                model=match['model'],
-                method=match['method'],
-                path=path,
-                body=body,
-                headers={key.lower(): value for key, value in self.headers.items()},
+                model=match['model'], method=match['method'], path=path, body=body, headers=self._lower_headers()
             )
-            call, reply = fake._receive(request)
+            call, reply = fake._reply(request)
             fake._wait(reply.delay_s)
-            # Log before writing: once the bytes are out the client (and the test) may read the log at once.
             fake._answered(call, reply.status)
-            if not self._send(reply.status, reply.body, reply.headers):
+            if not self._send_json(reply.status, reply.body, reply.headers.items()):
                 fake._client_gone(call)
-
-        def _send(self, status: int, body: dict[str, Any], headers: Mapping[str, str] | None = None) -> bool:
-            payload = json.dumps(body).encode()
-            try:
-                self.send_response(status)
-                self.send_header('Content-Type', 'application/json; charset=UTF-8')
-                self.send_header('Content-Length', str(len(payload)))
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(payload)
-                self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                # The client gave up (its timeout fired) before the scripted delay ended.
-                return False
-            return True
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature fixed by http.server
-            return  # keep test output clean
 
     return _Handler
 

@@ -18,17 +18,15 @@ import base64
 import itertools
 import json
 import struct
-import threading
 import time
-from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.fakes.fake_gemini import deterministic_embedding
+from tests.fakes.loopback import EmbedHandler, JsonRequestHandler, LoopbackServer, deterministic_embedding, parse_json
 
 _ERROR_TYPES = {
     400: 'invalid_request_error',
@@ -213,11 +211,11 @@ class FakeCall:
     kind: str  # 'chat' | 'embeddings'
     request: ChatRequest | EmbeddingsRequest
     received_at: float
+    answered_at: float | None = None
     status: int | None = None
 
 
 ChatHandler = Callable[[ChatRequest], ChatReply]
-EmbedHandler = Callable[[str, int], list[float]]
 
 
 def default_handler(request: ChatRequest) -> ChatReply:
@@ -225,18 +223,14 @@ def default_handler(request: ChatRequest) -> ChatReply:
     return ChatReply.text(f'fake answer to: {request.last_user_text}'[:500])
 
 
-@dataclass
-class _State:
-    scripts: dict[str | None, deque[ChatReply]] = field(default_factory=lambda: defaultdict(deque))
-    calls: list[FakeCall] = field(default_factory=list)
-
-
-class FakeOpenAI:
+class FakeOpenAI(LoopbackServer[FakeCall, ChatReply]):
     """A threaded HTTP server on 127.0.0.1 (random port) speaking the OpenAI Chat Completions and Embeddings APIs.
 
     Chat replies come from the model's script if it has entries left, then the shared script, then `handler`.
     Embeddings are deterministic per text (`embed_handler`), `embedding_dimensions` long unless the request asks.
     """
+
+    thread_name = 'fake-openai'
 
     def __init__(
         self,
@@ -246,48 +240,14 @@ class FakeOpenAI:
         embedding_dimensions: int = 8,
     ) -> None:
         """Create a stopped server; use it as a context manager or call `start()` / `stop()`."""
+        super().__init__()
         self.handler = handler
         self.embed_handler = embed_handler
         self.embedding_dimensions = embedding_dimensions
-        self._state = _State()
-        self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._stopping = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
-    # -- lifecycle ---------------------------------------------------------------------------------------------
-    def start(self) -> FakeOpenAI:
-        """Bind to a free loopback port and serve in a background thread."""
-        server = ThreadingHTTPServer(('127.0.0.1', 0), _make_request_handler(self))
-        server.daemon_threads = True
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,), name='fake-openai', daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving, and wake handlers sleeping in a scripted delay."""
-        self._stopping.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> FakeOpenAI:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        """`http://127.0.0.1:<port>` (no trailing slash)."""
-        if self._server is None:
-            raise RuntimeError('FakeOpenAI is not started')
-        host, port = self._server.server_address[:2]
-        return f'http://{host!s}:{port}'
+    def _request_handler(self) -> type[BaseHTTPRequestHandler]:
+        return _make_request_handler(self)
 
     @property
     def base_url(self) -> str:
@@ -297,19 +257,11 @@ class FakeOpenAI:
     # -- scripting and the log ---------------------------------------------------------------------------------
     def script(self, *replies: ChatReply, model: str | None = None) -> None:
         """Queue chat replies (for `model` only, or for any model), used one per request before `handler`."""
-        with self._lock:
-            self._state.scripts[model].extend(replies)
+        self._add_script(model, replies)
 
     def pending(self, model: str | None = None) -> int:
         """Scripted replies not used yet."""
-        with self._lock:
-            return len(self._state.scripts[model])
-
-    @property
-    def calls(self) -> list[FakeCall]:
-        """A snapshot of the request log, in arrival order."""
-        with self._lock:
-            return [replace(call) for call in self._state.calls]
+        return self._pending(model)
 
     @property
     def chat_requests(self) -> list[ChatRequest]:
@@ -321,31 +273,13 @@ class FakeOpenAI:
         """The embeddings requests received, in order."""
         return [c.request for c in self.calls if isinstance(c.request, EmbeddingsRequest)]
 
-    def reset(self) -> None:
-        """Forget scripts and the log."""
-        with self._lock:
-            self._state = _State()
-
     # -- serving (handler threads) -----------------------------------------------------------------------------
-    def _log(self, call: FakeCall) -> None:
-        with self._lock:
-            self._state.calls.append(call)
-
     def _chat_reply(self, request: ChatRequest) -> ChatReply:
-        with self._lock:
-            for key in (request.model, None):
-                queue = self._state.scripts.get(key)
-                if queue:
-                    return queue.popleft()
-        return self.handler(request)
+        return self._scripted(request.model, None) or self.handler(request)
 
     def _next_id(self, prefix: str) -> str:
         with self._lock:
             return f'{prefix}-fake-{next(self._ids)}'
-
-    def _wait(self, delay_s: float) -> None:
-        if delay_s > 0:
-            self._stopping.wait(delay_s)
 
     def chat_completion(self, request: ChatRequest, reply: ChatReply) -> dict[str, Any]:
         """The non-streaming answer body."""
@@ -448,26 +382,20 @@ def error_body(status: int, message: str, code: str | None = None) -> dict[str, 
 
 
 def _make_request_handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
-    class _Handler(BaseHTTPRequestHandler):
-        protocol_version = 'HTTP/1.1'
-        # Headers and body go out as two writes on a kept-alive connection: without TCP_NODELAY the body waits for
-        # the client's delayed ACK (~40 ms a call).
-        disable_nagle_algorithm = True
-
+    class _Handler(JsonRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-            path = self.path.split('?', 1)[0].rstrip('/')
+            path = self._route().rstrip('/')
             if path in ('/v1/models', '/models'):
                 self._send_json(200, {'object': 'list', 'data': [{'id': 'fake-model', 'object': 'model'}]})
             else:
                 self._send_json(404, error_body(404, f'no route GET {path}'))
 
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            length = int(self.headers.get('Content-Length') or 0)
-            raw = self.rfile.read(length) if length else b''
-            path = self.path.split('?', 1)[0].rstrip('/')
-            headers = {key.lower(): value for key, value in self.headers.items()}
+            raw = self._read_body()
+            path = self._route().rstrip('/')
+            headers = self._lower_headers()
             try:
-                body = json.loads(raw or b'{}')
+                body = parse_json(raw)
             except json.JSONDecodeError:
                 self._send_json(400, error_body(400, 'the body is not JSON'))
                 return
@@ -477,7 +405,7 @@ def _make_request_handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 request = EmbeddingsRequest(body=body, headers=headers)
                 call = FakeCall('embeddings', request, time.monotonic())
                 fake._log(call)
-                call.status = 200
+                fake._answered(call, 200)
                 self._send_json(200, fake.embeddings(request))
             else:
                 self._send_json(404, error_body(404, f'the fake does not implement POST {path}'))
@@ -487,7 +415,7 @@ def _make_request_handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             fake._log(call)
             reply = fake._chat_reply(request)
             fake._wait(reply.delay_s)
-            call.status = reply.status
+            fake._answered(call, reply.status)
             if reply.status != 200:
                 self._send_json(
                     reply.status, error_body(reply.status, reply.error_message, reply.error_code), reply.headers
@@ -496,20 +424,6 @@ def _make_request_handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 self._send_events(fake.chat_chunks(request, reply))
             else:
                 self._send_json(200, fake.chat_completion(request, reply))
-
-        def _send_json(self, status: int, body: dict[str, Any], headers: Iterable[tuple[str, str]] = ()) -> None:
-            payload = json.dumps(body).encode()
-            try:
-                self.send_response(status)
-                self.send_header('Content-Type', 'application/json')
-                self.send_header('Content-Length', str(len(payload)))
-                for name, value in headers:
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(payload)
-                self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up
 
         def _send_events(self, chunks: Iterator[dict[str, Any]]) -> None:
             try:
@@ -525,9 +439,6 @@ def _make_request_handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):
                 pass
             self.close_connection = True
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature fixed by http.server
-            return
 
     return _Handler
 

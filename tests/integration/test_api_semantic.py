@@ -19,6 +19,7 @@ from om_lib.adapters.dynamodb_vectors import DynamoVectorIndex
 from om_lib.embedders import HashingEmbedder
 from om_lib.ports import VectorEntry
 from tests.fakes.fake_gemini import FakeGemini, FakeReply
+from tests.fakes.loopback import keyword_embedding  # keyword overlap: enough to check the plumbing
 from tests.integration.test_api_handler import BUCKET, FLASH, TABLE, Api, Context, load_json_body
 from tests.integration.test_workers import load_event
 
@@ -29,11 +30,6 @@ CONFIG = {
     'retrieval': {'vector': True},
     'semanticRecall': {'topK': 2, 'messageRange': 1, 'scope': 'resource'},
 }
-
-
-def keyword_embedding(text: str, dims: int) -> list[float]:
-    """The fake's embedder: keyword overlap (enough to check the plumbing; semantics are tested with MiniLM)."""
-    return HashingEmbedder(dims).embed([text], kind='document', timeout_s=1)[0]
 
 
 @pytest.fixture

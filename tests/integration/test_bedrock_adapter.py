@@ -20,30 +20,14 @@ from om_lib.errors import (
     ModelThrottledError,
     ModelUnavailableError,
 )
-from om_lib.llm import Content, FunctionCall, FunctionDeclaration, FunctionResponse, InlineBlob, ModelRequest
+from om_lib.llm import Content, FunctionCall, FunctionResponse, InlineBlob
 from om_lib.model_router import ModelRouter
 from om_lib.model_spec import ModelFallbacks, ModelRef
 from tests.fakes.fake_bedrock import ConverseReply, FakeBedrock, fake_bedrock_env
-from tests.fakes.model_guard import loopback_only
+from tests.integration.model_adapters import PNG, RECALL, request, serving
 
 NOVA = 'us.amazon.nova-lite-v1:0'
 CLAUDE = 'anthropic.claude-3-5-haiku-20241022-v1:0'
-PNG = b'\x89PNG\r\n\x1a\nfake-image-bytes'
-RECALL = FunctionDeclaration(
-    name='recall',
-    description='Look up older messages.',
-    parameters={'type': 'object', 'properties': {'query': {'type': 'string'}}, 'required': ['query']},
-)
-
-
-def request(**overrides: object) -> ModelRequest:
-    fields: dict[str, object] = {
-        'purpose': 'observer',
-        'system': 'You are the memory consciousness.',
-        'contents': (Content('user', ('Observe these messages.',)),),
-    }
-    fields.update(overrides)
-    return ModelRequest(**fields)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -57,9 +41,7 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBedrock]:
         'AWS_ENDPOINT_URL': 'http://127.0.0.1:9',
     }.items():
         monkeypatch.setenv(name, value)
-    with loopback_only(), FakeBedrock() as fake:
-        for name, value in fake_bedrock_env(fake).items():
-            monkeypatch.setenv(name, value)
+    with serving(FakeBedrock(), fake_bedrock_env, monkeypatch) as fake:
         yield fake
 
 

@@ -13,24 +13,14 @@ import pytest
 from om_lib.adapters.gemini_model import GeminiLanguageModel
 from om_lib.clock import SystemClock
 from om_lib.errors import DeadlineExceededError, ModelOutputError, ModelRequestError, ModelUnavailableError
-from om_lib.llm import Content, FunctionCall, FunctionDeclaration, FunctionResponse, InlineBlob, ModelRequest
+from om_lib.llm import Content, FunctionCall, FunctionDeclaration, FunctionResponse, InlineBlob
 from om_lib.model_router import ModelRouter
 from om_lib.model_spec import ModelFallbacks, ModelRef
 from tests.fakes.fake_gemini import FakeGemini, FakeReply, fake_gemini_env
 from tests.fakes.model_guard import ModelRequestBlockedError, loopback_only
+from tests.integration.model_adapters import PNG, request
 
 MODEL = 'gemini-2.5-flash'
-PNG = b'\x89PNG\r\n\x1a\nfake-image-bytes'
-
-
-def request(**overrides: object) -> ModelRequest:
-    fields: dict[str, object] = {
-        'purpose': 'observer',
-        'system': 'You are the memory consciousness.',
-        'contents': (Content('user', ('Observe these messages.',)),),
-    }
-    fields.update(overrides)
-    return ModelRequest(**fields)  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -15,37 +15,19 @@ from om_lib.adapters.openai_embedder import OpenAIEmbedder
 from om_lib.adapters.openai_model import OpenAILanguageModel
 from om_lib.clock import SystemClock
 from om_lib.errors import ModelOutputError, ModelRequestError, ModelThrottledError, ModelUnavailableError
-from om_lib.llm import Content, FunctionCall, FunctionDeclaration, FunctionResponse, InlineBlob, ModelRequest
+from om_lib.llm import Content, FunctionCall, FunctionResponse, InlineBlob
 from om_lib.model_router import ModelRouter
 from om_lib.model_spec import ModelRef
 from tests.fakes.fake_openai import ChatReply, FakeOpenAI, ToolCall, fake_openai_env
-from tests.fakes.model_guard import loopback_only
+from tests.integration.model_adapters import PNG, RECALL, serving
+from tests.integration.model_adapters import actor_request as request
 
 MODEL = 'gpt-4o-mini'
-PNG = b'\x89PNG\r\n\x1a\nfake-image-bytes'
-RECALL = FunctionDeclaration(
-    name='recall',
-    description='Look up older messages.',
-    parameters={'type': 'object', 'properties': {'query': {'type': 'string'}}, 'required': ['query']},
-)
-
-
-def request(**overrides: object) -> ModelRequest:
-    fields: dict[str, object] = {
-        'purpose': 'actor',
-        'system': 'You are a helpful assistant.',
-        'contents': (Content('user', ('Hello there.',)),),
-    }
-    fields.update(overrides)
-    return ModelRequest(**fields)  # type: ignore[arg-type]
 
 
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
-    with loopback_only(), FakeOpenAI() as fake:
-        # Configured the way production is: the client's own environment variables.
-        for key, value in fake_openai_env(fake).items():
-            monkeypatch.setenv(key, value)
+    with serving(FakeOpenAI(), fake_openai_env, monkeypatch) as fake:
         yield fake
 
 

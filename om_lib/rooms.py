@@ -1,0 +1,25 @@
+"""What the step runner (`om_lib.step.Steps`) and the job runner (`om_lib.jobs.Jobs`) both work over."""
+
+from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from om_lib.buffered import ObservationBuffering
+    from om_lib.observation import ObservationPipeline
+    from om_lib.reflection import Reflection
+    from om_lib.resource_view import ResourceView
+    from om_lib.runtime import Runtime
+
+
+@dataclass(eq=False)
+class MemoryRooms:
+    """The runtime, the observation pipeline, reflection, buffering and (resource scope) the resource view."""
+
+    rt: Runtime
+    pipeline: ObservationPipeline
+    reflection: Reflection
+    _: KW_ONLY
+    buffering: ObservationBuffering | None
+    resource: ResourceView | None
