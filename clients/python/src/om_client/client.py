@@ -282,17 +282,13 @@ class MemoryClient(_Base):
             reply = self._carry_out(effect)
         return effect.value
 
-    def _upload_pool(self) -> httpx.Client:
-        # A plain client: the presigned URL carries its own signature; our API credentials must not be sent to S3.
-        if self._uploads is None:
-            self._uploads = httpx.Client(timeout=UPLOAD_TIMEOUT, transport=self._transport)
-        return self._uploads
-
     def _carry_out(self, effect: Effect) -> httpx.Response | httpx.TransportError | None:
         if isinstance(effect, Sleep):
             self._sleep(effect.seconds)
             return None
-        pool = self._upload_pool() if effect.upload else self._http
+        pool = self._http
+        if effect.upload:  # a plain pool: the presigned URL carries its own signature, our credentials stay here
+            pool = self._uploads = self._uploads or httpx.Client(timeout=UPLOAD_TIMEOUT, transport=self._transport)
         try:
             return pool.request(effect.method, effect.url, **effect.options())
         except httpx.TransportError as exc:
@@ -614,16 +610,14 @@ class AsyncMemoryClient(_Base):
             reply = await self._carry_out(effect)
         return effect.value
 
-    def _upload_pool(self) -> httpx.AsyncClient:
-        if self._uploads is None:
-            self._uploads = httpx.AsyncClient(timeout=UPLOAD_TIMEOUT, transport=self._transport)
-        return self._uploads
-
     async def _carry_out(self, effect: Effect) -> httpx.Response | httpx.TransportError | None:
         if isinstance(effect, Sleep):
             await self._sleep(effect.seconds)
             return None
-        pool = self._upload_pool() if effect.upload else self._client()
+        if effect.upload:
+            pool = self._uploads = self._uploads or httpx.AsyncClient(timeout=UPLOAD_TIMEOUT, transport=self._transport)
+        else:
+            pool = self._client()
         try:
             return await pool.request(effect.method, effect.url, **effect.options())
         except httpx.TransportError as exc:
