@@ -453,3 +453,102 @@ def test_recall_tool_reads_the_models_arguments_and_reports_errors() -> None:
     assert transport.bodies()[0] == {'resourceId': 'me', 'threadId': 't2', 'mode': 'threads'}
     assert transport.bodies()[1] == {'resourceId': 'me', 'threadId': 't1', 'cursor': 'x', 'partIndex': 2}
     assert json.loads(failed) == {'error': 'Could not resolve cursor message x'}
+
+
+# -- operations of several requests (one flow, run by both clients) -------------------------------------------------
+def _lost_clone_answers(request: httpx.Request) -> httpx.Response:
+    """The clone's answer is lost, its retry finds the new id taken; then the clone is read back, two pages."""
+    path = request.url.path
+    if path.endswith('/clone'):
+        return httpx.Response(409, json={'error': {'code': 'thread_exists', 'message': 'taken'}})
+    if path.endswith('/messages'):
+        page = int(request.url.params['page'])
+        message = {'id': f'm{page}', 'role': 'user', 'parts': [{'type': 'text', 'text': f'hi {page}'}]}
+        return httpx.Response(200, json={'messages': [message], 'page': page, 'perPage': 1000, 'hasMore': page == 0})
+    return httpx.Response(200, json={'thread': {**THREAD, 'id': path.rsplit('/', 1)[-1]}})
+
+
+def test_a_clone_made_by_a_lost_attempt_is_read_back() -> None:
+    transport = Scripted(httpx.ReadError('connection reset'), _lost_clone_answers)
+    om, _ = client(transport)
+
+    result = om.clone_thread('t1', title='Copy')
+
+    clone_id = result.thread.id
+    assert [m.id for m in result.cloned_messages] == ['m0', 'm1']
+    assert [(r.method, r.url.path) for r in transport.requests] == [
+        ('POST', '/prod/threads/t1/clone'),
+        ('POST', '/prod/threads/t1/clone'),
+        ('GET', f'/prod/threads/{clone_id}'),
+        ('GET', f'/prod/threads/{clone_id}/messages'),
+        ('GET', f'/prod/threads/{clone_id}/messages'),
+    ]
+    assert json.loads(transport.requests[0].content)['newThreadId'] == clone_id
+
+
+PRESIGNED = {
+    'url': 's3://bucket/k',
+    'uploadUrl': 'https://bucket.s3.amazonaws.com/k?X-Amz-Signature=a',
+    'expiresAt': 'x',
+}
+
+
+def test_an_upload_is_retried_on_5xx_and_connection_failures_and_refused_on_4xx() -> None:
+    def s3(*answers: httpx.Response | Exception) -> Scripted:
+        puts = Scripted(*answers)
+        return Scripted(
+            lambda r: httpx.Response(201, json=PRESIGNED) if r.url.path.endswith('/attachments') else puts(r)
+        )
+
+    retried = s3(httpx.ConnectError('refused'), httpx.Response(500), httpx.Response(200))
+    om, sleeps = client(retried)
+    part = om.upload_attachment('t1', b'%PDF', filename='a.pdf')
+    assert [r.method for r in retried.requests] == ['POST', 'PUT', 'PUT', 'PUT'] and len(sleeps) == 2
+    assert part.url == 's3://bucket/k' and part.media_type == 'application/pdf'
+
+    refused = s3(httpx.Response(403, text='<Error>SignatureDoesNotMatch</Error>'))
+    om, sleeps = client(refused)
+    with pytest.raises(APIError) as caught:
+        om.upload_attachment('t1', b'%PDF', filename='a.pdf')
+    assert (
+        caught.value.code == 'upload_failed'
+        and caught.value.status == 403
+        and 'SignatureDoesNotMatch' in str(caught.value)
+    )
+    assert len(refused.requests) == 2 and sleeps == []
+
+    unreachable = s3(httpx.ConnectError('refused'))
+    om, _ = client(unreachable, retries=1)
+    with pytest.raises(ConnectionFailed, match='PUT https://bucket.s3.amazonaws.com/k.* after 2 attempt'):
+        om.upload_attachment('t1', b'%PDF', filename='a.pdf')
+
+
+def test_the_async_client_recovers_lost_creates_and_uploads_like_the_blocking_one() -> None:
+    created = Scripted(
+        httpx.ReadError('connection reset'),
+        error(409, 'thread_exists'),
+        lambda r: httpx.Response(200, json={'thread': {**THREAD, 'id': r.url.path.rsplit('/', 1)[-1]}}),
+    )
+    uploaded = Scripted(httpx.Response(201, json=PRESIGNED), httpx.Response(503), httpx.Response(200))
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    async def run() -> tuple[Any, Any]:
+        async with AsyncMemoryClient(URL, resource_id='me', transport=httpx.MockTransport(created), sleep=sleep) as om:
+            thread = await om.create_thread()
+        async with AsyncMemoryClient(
+            URL, resource_id='me', transport=httpx.MockTransport(uploaded), sleep=sleep, auth=BearerAuth('tok')
+        ) as om:
+            part = await om.upload_attachment('t1', b'\x89PNG', filename='x.png')
+        return thread, part
+
+    thread, part = asyncio.run(run())
+
+    assert created.requests[-1].url.path == f'/prod/threads/{thread.id}'
+    assert json.loads(created.requests[0].content)['id'] == thread.id
+    assert isinstance(part, ImagePart) and part.url == 's3://bucket/k'
+    assert [r.method for r in uploaded.requests] == ['POST', 'PUT', 'PUT'] and len(sleeps) == 2
+    assert uploaded.requests[0].headers['Authorization'] == 'Bearer tok'
+    assert 'Authorization' not in uploaded.requests[2].headers  # our credentials never go to S3

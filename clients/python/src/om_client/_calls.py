@@ -1,23 +1,25 @@
 """What each API call sends and how its answer is read, shared by the sync and the async client.
 
-`Calls` turns method arguments into a `Call` (method, path, query, JSON body, parser, retry rules); the clients only
-send it. One place knows the routes, so the two clients cannot drift apart and the OpenAPI conformance test can read
-every route the client uses from here (`ROUTES`).
+`Calls` turns method arguments into a `Call` (method, path, query, JSON body, parser, retry rules). What a call or a
+longer operation does on the wire (the retry loop, the presigned upload) is written once as a generator (`Flow`) that
+yields `Request`s and `Sleep`s; the blocking and the async client differ only in how they carry those out. One place
+knows the routes, so the two clients cannot drift apart and the OpenAPI conformance test can read every route the
+client uses from here (`ROUTES`).
 """
 
 from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 
-from om_client.errors import ConnectionFailed, InvalidId, error_for
+from om_client.errors import APIError, ConnectionFailed, InvalidId, error_for
 from om_client.models import (
     AttachmentUpload,
     ChatResult,
@@ -107,6 +109,14 @@ class Call(Generic[T]):
     body: Any = None
     idempotent: bool = True
     done_if_missing_on_retry: bool = False
+
+    @property
+    def target(self) -> str:
+        """The path and query. The query is encoded here, RFC 3986 style (a space is %20, never +), because SigV4
+        signs the query as sent and API Gateway checks it re-encoded that way."""
+        if not self.params:
+            return self.path
+        return f'{self.path}?{urlencode(self.params, quote_via=quote, safe="-_.~")}'
 
 
 def check_id(name: str, value: str) -> str:
@@ -459,3 +469,99 @@ def connection_failed(call: Call[Any], exc: Exception, attempts: int) -> Connect
     error = ConnectionFailed(f'{call.method} {call.path} failed after {attempts} attempt(s): {exc}')
     error.__cause__ = exc
     return error
+
+
+# -- sending: the retry loops, once for both clients ----------------------------------------------------------------
+@dataclass(frozen=True)
+class Request:
+    """An HTTP request for the client to make. It answers with the `httpx.Response`, or throws the transport error
+    into the flow. `upload` requests go through a plain pool: a presigned URL carries its own signature, and the API's
+    credentials must not be sent to S3."""
+
+    method: str
+    url: str
+    json: Any = None
+    content: bytes | None = None
+    headers: Mapping[str, str] | None = None
+    upload: bool = False
+
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments of `httpx.Client.request` / `httpx.AsyncClient.request`."""
+        if self.upload:
+            return {'content': self.content, 'headers': dict(self.headers or {})}
+        return {'json': self.json} if self.json is not None else {}
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Wait before the next attempt."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Finished(Generic[T]):
+    """A flow's result."""
+
+    value: T
+
+
+Effect = Request | Sleep
+Flow = Generator[Effect, Any, T]
+
+
+def resume(flow: Flow[T], reply: Any) -> Effect | Finished[T]:
+    """Hand the flow the answer to its last effect (a transport error is raised in it); its next effect, or its
+    result. The first call passes None."""
+    try:
+        return flow.throw(reply) if isinstance(reply, BaseException) else flow.send(reply)
+    except StopIteration as done:
+        return Finished(done.value)
+
+
+def exchange(call: Call[T], retries: RetryPolicy, rng: random.Random) -> Flow[T]:
+    """Send one call, retrying per the policy; the parsed answer or the error's exception."""
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            response = yield Request(call.method, call.target, json=call.body)
+        except httpx.TransportError as exc:
+            if attempt > retries.max_retries or not retries.retries_exception(exc, call.idempotent):
+                raise connection_failed(call, exc, attempt) from exc
+            yield Sleep(retries.delay(attempt - 1, rng=rng))
+            continue
+        try:
+            return read_answer(call, response, attempt)
+        except APIError as exc:
+            if attempt > retries.max_retries or not retries.retries_status(exc.status or 0, call.idempotent):
+                raise
+            wait = retries.delay(attempt - 1, exc.retry_after, rng=rng)
+        yield Sleep(wait)
+
+
+def put_upload(
+    url: str, content: bytes, headers: Mapping[str, str], retries: RetryPolicy, rng: random.Random
+) -> Flow[None]:
+    """PUT a file to a presigned URL, retrying transport failures and 5xx answers."""
+    call: Call[None] = Call('PUT', url, _none)
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            response = yield Request('PUT', url, content=content, headers=headers, upload=True)
+        except httpx.TransportError as exc:
+            if attempt > retries.max_retries:
+                raise connection_failed(call, exc, attempt) from exc
+            yield Sleep(retries.delay(attempt - 1, rng=rng))
+            continue
+        if response.status_code < 300:
+            return
+        if attempt > retries.max_retries or response.status_code < 500:
+            raise APIError(
+                f'the attachment upload was refused ({response.status_code}): {response.text[:300]}',
+                status=response.status_code,
+                code='upload_failed',
+                attempts=attempt,
+            )
+        yield Sleep(retries.delay(attempt - 1, rng=rng))

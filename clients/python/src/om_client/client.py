@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar
-from urllib.parse import parse_qs, quote, urlencode, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
@@ -32,13 +32,18 @@ from om_client._calls import (
     UNSET,
     Call,
     Calls,
+    Effect,
+    Finished,
+    Flow,
     RetryPolicy,
-    connection_failed,
-    read_answer,
+    Sleep,
+    exchange,
+    put_upload,
+    resume,
 )
 from om_client._version import __version__
 from om_client.auth import AuthLike, resolve_auth
-from om_client.errors import APIError, ThreadExists
+from om_client.errors import ThreadExists
 from om_client.models import (
     AttachmentUpload,
     ChatResult,
@@ -66,6 +71,7 @@ __all__ = ['AsyncMemoryClient', 'MemoryClient']
 
 T = TypeVar('T')
 DEFAULT_TIMEOUT = httpx.Timeout(35.0, connect=5.0)  # API Gateway gives up on an integration after ~29 s
+UPLOAD_TIMEOUT = httpx.Timeout(120.0, connect=5.0)
 DateRangeLike = DateRange | Mapping[str, Any] | tuple[Any, Any] | None
 IncludeLike = Include | Mapping[str, Any] | str
 
@@ -133,15 +139,80 @@ class _Base:
         """The default resource id of calls that take `resource_id`."""
         return self.calls.default_resource_id
 
-    def _target(self, call: Call[Any]) -> str:
-        """The path and query. The query is encoded here, RFC 3986 style (a space is %20, never +), because SigV4
-        signs the query as sent and API Gateway checks it re-encoded that way."""
-        if not call.params:
-            return call.path
-        return f'{call.path}?{urlencode(call.params, quote_via=quote, safe="-_.~")}'
+    # What the methods that take more than one call do, as flows both clients run (see `om_client._calls`).
+    def _exchange(self, call: Call[T]) -> Flow[T]:
+        return exchange(call, self.retries, self._rng)
 
-    def _request_kwargs(self, call: Call[Any]) -> dict[str, Any]:
-        return {'json': call.body} if call.body is not None else {}
+    def _create_thread(
+        self, *, resource_id: str | None, thread_id: str | None, title: str | None, metadata: Mapping[str, Any] | None
+    ) -> Flow[Thread]:
+        generated = thread_id is None
+        thread_id = thread_id or _new_thread_id()
+        call = self.calls.create_thread(resource_id=resource_id, thread_id=thread_id, title=title, metadata=metadata)
+        try:
+            return (yield from self._exchange(call))
+        except ThreadExists as exc:
+            if generated and exc.attempts > 1:  # an earlier attempt created it and its answer was lost
+                return (yield from self._exchange(self.calls.get_thread(thread_id, resource_id=resource_id)))
+            raise
+
+    def _clone_thread(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str | None,
+        new_thread_id: str | None,
+        title: str | None,
+        message_limit: int | None,
+        date_range: DateRangeLike,
+    ) -> Flow[CloneResult]:
+        generated = new_thread_id is None
+        new_thread_id = new_thread_id or _new_thread_id()
+        call = self.calls.clone_thread(
+            thread_id,
+            resource_id=resource_id,
+            new_thread_id=new_thread_id,
+            title=title,
+            message_limit=message_limit,
+            date_range=date_range,
+        )
+        try:
+            return (yield from self._exchange(call))
+        except ThreadExists as exc:
+            if generated and exc.attempts > 1:  # an earlier attempt cloned it and its answer was lost
+                thread = yield from self._exchange(self.calls.get_thread(new_thread_id, resource_id=resource_id))
+                messages = yield from self._all_messages(new_thread_id, resource_id=resource_id)
+                return CloneResult(thread=thread, cloned_messages=messages)
+            raise
+
+    def _all_messages(self, thread_id: str, *, resource_id: str | None) -> Flow[list[Message]]:
+        found: list[Message] = []
+        page = 0
+        while True:
+            call = self.calls.messages(thread_id, resource_id=resource_id, page=page, per_page=1000)
+            result = yield from self._exchange(call)
+            found.extend(result.messages)
+            if not result.has_more:
+                return found
+            page += 1
+
+    def _upload_attachment(
+        self,
+        thread_id: str,
+        data: bytes | Path | str,
+        *,
+        filename: str | None,
+        media_type: str | None,
+        resource_id: str | None,
+    ) -> Flow[ImagePart | FilePart]:
+        content, name = _read_upload(data, filename)
+        kind = _media_type(name, media_type)
+        call = self.calls.create_attachment(
+            thread_id, resource_id=resource_id, filename=name, media_type=kind, size=len(content)
+        )
+        upload = yield from self._exchange(call)
+        yield from put_upload(upload.upload_url, content, _upload_headers(upload, kind), self.retries, self._rng)
+        return _attachment_part(upload, name, kind, len(content))
 
 
 class MemoryClient(_Base):
@@ -203,23 +274,25 @@ class MemoryClient(_Base):
 
     def send(self, call: Call[T]) -> T:
         """Send one call, retrying per the policy; the parsed answer or the error's exception."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                response = self._http.request(call.method, self._target(call), **self._request_kwargs(call))
-            except httpx.TransportError as exc:
-                if attempt > self.retries.max_retries or not self.retries.retries_exception(exc, call.idempotent):
-                    raise connection_failed(call, exc, attempt) from exc
-                self._sleep(self.retries.delay(attempt - 1, rng=self._rng))
-                continue
-            try:
-                return read_answer(call, response, attempt)
-            except APIError as exc:
-                status = exc.status or 0
-                if attempt > self.retries.max_retries or not self.retries.retries_status(status, call.idempotent):
-                    raise
-                self._sleep(self.retries.delay(attempt - 1, exc.retry_after, rng=self._rng))
+        return self._run(self._exchange(call))
+
+    def _run(self, flow: Flow[T]) -> T:
+        reply: Any = None
+        while not isinstance(effect := resume(flow, reply), Finished):
+            reply = self._carry_out(effect)
+        return effect.value
+
+    def _carry_out(self, effect: Effect) -> httpx.Response | httpx.TransportError | None:
+        if isinstance(effect, Sleep):
+            self._sleep(effect.seconds)
+            return None
+        pool = self._http
+        if effect.upload:  # a plain pool: the presigned URL carries its own signature, our credentials stay here
+            pool = self._uploads = self._uploads or httpx.Client(timeout=UPLOAD_TIMEOUT, transport=self._transport)
+        try:
+            return pool.request(effect.method, effect.url, **effect.options())
+        except httpx.TransportError as exc:
+            return exc
 
     # -- conversation -------------------------------------------------------------------------------------------
     def step(
@@ -347,15 +420,9 @@ class MemoryClient(_Base):
         metadata: Mapping[str, Any] | None = None,
     ) -> Thread:
         """Create an empty thread (its id is generated here when not given, so a retry cannot make two)."""
-        generated = thread_id is None
-        thread_id = thread_id or _new_thread_id()
-        call = self.calls.create_thread(resource_id=resource_id, thread_id=thread_id, title=title, metadata=metadata)
-        try:
-            return self.send(call)
-        except ThreadExists as exc:
-            if generated and exc.attempts > 1:  # an earlier attempt created it and its answer was lost
-                return self.get_thread(thread_id, resource_id=resource_id)
-            raise
+        return self._run(
+            self._create_thread(resource_id=resource_id, thread_id=thread_id, title=title, metadata=metadata)
+        )
 
     def get_thread(self, thread_id: str, *, resource_id: str | None = None) -> Thread:
         """A thread."""
@@ -378,24 +445,16 @@ class MemoryClient(_Base):
         date_range: DateRangeLike = None,
     ) -> CloneResult:
         """Copy a thread (the newest `message_limit` messages, or a date range) into a new one."""
-        generated = new_thread_id is None
-        new_thread_id = new_thread_id or _new_thread_id()
-        call = self.calls.clone_thread(
-            thread_id,
-            resource_id=resource_id,
-            new_thread_id=new_thread_id,
-            title=title,
-            message_limit=message_limit,
-            date_range=date_range,
+        return self._run(
+            self._clone_thread(
+                thread_id,
+                resource_id=resource_id,
+                new_thread_id=new_thread_id,
+                title=title,
+                message_limit=message_limit,
+                date_range=date_range,
+            )
         )
-        try:
-            return self.send(call)
-        except ThreadExists as exc:
-            if generated and exc.attempts > 1:
-                thread = self.get_thread(new_thread_id, resource_id=resource_id)
-                messages = list(self.iter_messages(new_thread_id, resource_id=resource_id))
-                return CloneResult(thread=thread, cloned_messages=messages)
-            raise
 
     def delete_thread(self, thread_id: str, *, resource_id: str | None = None) -> None:
         """Erase a thread: messages, observations, vectors and attachments."""
@@ -459,40 +518,9 @@ class MemoryClient(_Base):
         resource_id: str | None = None,
     ) -> ImagePart | FilePart:
         """Upload a file (bytes or a path) for the thread and return the part to put in a message (`s3://` URL)."""
-        content, name = _read_upload(data, filename)
-        kind = _media_type(name, media_type)
-        upload = self.create_attachment(
-            thread_id, filename=name, media_type=kind, size=len(content), resource_id=resource_id
+        return self._run(
+            self._upload_attachment(thread_id, data, filename=filename, media_type=media_type, resource_id=resource_id)
         )
-        self._put(upload, content, kind)
-        return _attachment_part(upload, name, kind, len(content))
-
-    def _put(self, upload: AttachmentUpload, content: bytes, media_type: str) -> None:
-        # A plain client: the presigned URL carries its own signature; our API credentials must not be sent to S3.
-        if self._uploads is None:
-            self._uploads = httpx.Client(timeout=httpx.Timeout(120.0, connect=5.0), transport=self._transport)
-        call: Call[None] = Call('PUT', upload.upload_url, lambda _: None)
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                headers = _upload_headers(upload, media_type)
-                response = self._uploads.put(upload.upload_url, content=content, headers=headers)
-            except httpx.TransportError as exc:
-                if attempt > self.retries.max_retries:
-                    raise connection_failed(call, exc, attempt) from exc
-                self._sleep(self.retries.delay(attempt - 1, rng=self._rng))
-                continue
-            if response.status_code < 300:
-                return
-            if attempt > self.retries.max_retries or response.status_code < 500:
-                raise APIError(
-                    f'the attachment upload was refused ({response.status_code}): {response.text[:300]}',
-                    status=response.status_code,
-                    code='upload_failed',
-                    attempts=attempt,
-                )
-            self._sleep(self.retries.delay(attempt - 1, rng=self._rng))
 
     def health(self) -> Health:
         """`GET /health`."""
@@ -574,23 +602,26 @@ class AsyncMemoryClient(_Base):
 
     async def send(self, call: Call[T]) -> T:
         """Send one call, retrying per the policy; the parsed answer or the error's exception."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                response = await self._client().request(call.method, self._target(call), **self._request_kwargs(call))
-            except httpx.TransportError as exc:
-                if attempt > self.retries.max_retries or not self.retries.retries_exception(exc, call.idempotent):
-                    raise connection_failed(call, exc, attempt) from exc
-                await self._sleep(self.retries.delay(attempt - 1, rng=self._rng))
-                continue
-            try:
-                return read_answer(call, response, attempt)
-            except APIError as exc:
-                status = exc.status or 0
-                if attempt > self.retries.max_retries or not self.retries.retries_status(status, call.idempotent):
-                    raise
-                await self._sleep(self.retries.delay(attempt - 1, exc.retry_after, rng=self._rng))
+        return await self._run(self._exchange(call))
+
+    async def _run(self, flow: Flow[T]) -> T:
+        reply: Any = None
+        while not isinstance(effect := resume(flow, reply), Finished):
+            reply = await self._carry_out(effect)
+        return effect.value
+
+    async def _carry_out(self, effect: Effect) -> httpx.Response | httpx.TransportError | None:
+        if isinstance(effect, Sleep):
+            await self._sleep(effect.seconds)
+            return None
+        if effect.upload:
+            pool = self._uploads = self._uploads or httpx.AsyncClient(timeout=UPLOAD_TIMEOUT, transport=self._transport)
+        else:
+            pool = self._client()
+        try:
+            return await pool.request(effect.method, effect.url, **effect.options())
+        except httpx.TransportError as exc:
+            return exc
 
     # -- conversation -------------------------------------------------------------------------------------------
     async def step(
@@ -721,15 +752,9 @@ class AsyncMemoryClient(_Base):
         metadata: Mapping[str, Any] | None = None,
     ) -> Thread:
         """Create an empty thread (its id is generated here when not given, so a retry cannot make two)."""
-        generated = thread_id is None
-        thread_id = thread_id or _new_thread_id()
-        call = self.calls.create_thread(resource_id=resource_id, thread_id=thread_id, title=title, metadata=metadata)
-        try:
-            return await self.send(call)
-        except ThreadExists as exc:
-            if generated and exc.attempts > 1:
-                return await self.get_thread(thread_id, resource_id=resource_id)
-            raise
+        return await self._run(
+            self._create_thread(resource_id=resource_id, thread_id=thread_id, title=title, metadata=metadata)
+        )
 
     async def get_thread(self, thread_id: str, *, resource_id: str | None = None) -> Thread:
         """A thread."""
@@ -754,24 +779,16 @@ class AsyncMemoryClient(_Base):
         date_range: DateRangeLike = None,
     ) -> CloneResult:
         """Copy a thread (the newest `message_limit` messages, or a date range) into a new one."""
-        generated = new_thread_id is None
-        new_thread_id = new_thread_id or _new_thread_id()
-        call = self.calls.clone_thread(
-            thread_id,
-            resource_id=resource_id,
-            new_thread_id=new_thread_id,
-            title=title,
-            message_limit=message_limit,
-            date_range=date_range,
+        return await self._run(
+            self._clone_thread(
+                thread_id,
+                resource_id=resource_id,
+                new_thread_id=new_thread_id,
+                title=title,
+                message_limit=message_limit,
+                date_range=date_range,
+            )
         )
-        try:
-            return await self.send(call)
-        except ThreadExists as exc:
-            if generated and exc.attempts > 1:
-                thread = await self.get_thread(new_thread_id, resource_id=resource_id)
-                messages = [m async for m in self.iter_messages(new_thread_id, resource_id=resource_id)]
-                return CloneResult(thread=thread, cloned_messages=messages)
-            raise
 
     async def delete_thread(self, thread_id: str, *, resource_id: str | None = None) -> None:
         """Erase a thread: messages, observations, vectors and attachments."""
@@ -837,40 +854,9 @@ class AsyncMemoryClient(_Base):
         resource_id: str | None = None,
     ) -> ImagePart | FilePart:
         """Upload a file (bytes or a path) for the thread and return the part to put in a message (`s3://` URL)."""
-        content, name = _read_upload(data, filename)
-        kind = _media_type(name, media_type)
-        upload = await self.create_attachment(
-            thread_id, filename=name, media_type=kind, size=len(content), resource_id=resource_id
+        return await self._run(
+            self._upload_attachment(thread_id, data, filename=filename, media_type=media_type, resource_id=resource_id)
         )
-        await self._put(upload, content, kind)
-        return _attachment_part(upload, name, kind, len(content))
-
-    async def _put(self, upload: AttachmentUpload, content: bytes, media_type: str) -> None:
-        if self._uploads is None:
-            self._uploads = httpx.AsyncClient(timeout=httpx.Timeout(120.0, connect=5.0), transport=self._transport)
-        call: Call[None] = Call('PUT', upload.upload_url, lambda _: None)
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                response = await self._uploads.put(
-                    upload.upload_url, content=content, headers=_upload_headers(upload, media_type)
-                )
-            except httpx.TransportError as exc:
-                if attempt > self.retries.max_retries:
-                    raise connection_failed(call, exc, attempt) from exc
-                await self._sleep(self.retries.delay(attempt - 1, rng=self._rng))
-                continue
-            if response.status_code < 300:
-                return
-            if attempt > self.retries.max_retries or response.status_code < 500:
-                raise APIError(
-                    f'the attachment upload was refused ({response.status_code}): {response.text[:300]}',
-                    status=response.status_code,
-                    code='upload_failed',
-                    attempts=attempt,
-                )
-            await self._sleep(self.retries.delay(attempt - 1, rng=self._rng))
 
     async def health(self) -> Health:
         """`GET /health`."""

@@ -57,6 +57,10 @@ __all__ = [
 ]
 
 
+# The class of each error code, filled in as the classes below are declared.
+BY_CODE: dict[str, type[APIError]] = {}
+
+
 class OMClientError(Exception):
     """Root of every error this package raises."""
 
@@ -79,6 +83,16 @@ class APIError(OMClientError):
 
     status_code: ClassVar[int | None] = None
     error_code: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, *, status: int | None = None, code: str | None = None, **kwargs: Any) -> None:
+        """`class ThreadNotFound(NotFound, code='thread_not_found')`: the class raised for that code (and status)."""
+        super().__init_subclass__(**kwargs)
+        if status is not None:
+            cls.status_code = status
+        if code is not None:
+            cls.error_code = code
+            if cls.__module__ == __name__:  # the API's own codes; a subclass made elsewhere does not take one over
+                BY_CODE.setdefault(code, cls)
 
     def __init__(
         self,
@@ -104,226 +118,135 @@ class APIError(OMClientError):
 
 
 # -- status families ------------------------------------------------------------------------------------------------
-class BadRequest(APIError):
+class BadRequest(APIError, status=400, code='bad_request'):
     """400: the request is malformed."""
 
-    status_code = 400
-    error_code = 'bad_request'
 
-
-class Unauthenticated(APIError):
+class Unauthenticated(APIError, status=401, code='unauthenticated'):
     """401: no identity (sign with SigV4, or send a valid bearer token)."""
 
-    status_code = 401
-    error_code = 'unauthenticated'
 
-
-class Forbidden(APIError):
+class Forbidden(APIError, status=403, code='forbidden'):
     """403: the identity may not act for this resourceId."""
 
-    status_code = 403
-    error_code = 'forbidden'
 
-
-class NotFound(APIError):
+class NotFound(APIError, status=404, code='not_found'):
     """404: no such route or item."""
 
-    status_code = 404
-    error_code = 'not_found'
 
-
-class MethodNotAllowed(APIError):
+class MethodNotAllowed(APIError, status=405, code='method_not_allowed'):
     """405: the path exists with other methods."""
 
-    status_code = 405
-    error_code = 'method_not_allowed'
 
-
-class Conflict(APIError):
+class Conflict(APIError, status=409, code='conflict'):
     """409: a conflict that left nothing written."""
 
-    status_code = 409
-    error_code = 'conflict'
 
-
-class TooLarge(APIError):
+class TooLarge(APIError, status=413, code='too_large'):
     """413: a documented size limit was passed."""
 
-    status_code = 413
-    error_code = 'too_large'
 
-
-class UnsupportedMediaType(APIError):
+class UnsupportedMediaType(APIError, status=415, code='unsupported_media_type'):
     """415: the body is not JSON."""
 
-    status_code = 415
-    error_code = 'unsupported_media_type'
 
-
-class InvalidRequest(APIError):
+class InvalidRequest(APIError, status=422, code='invalid_request'):
     """422: well-formed but invalid."""
 
-    status_code = 422
-    error_code = 'invalid_request'
 
-
-class RateLimited(APIError):
+class RateLimited(APIError, status=429, code='too_many_requests'):
     """429: throttled; retried with backoff until the retries are spent."""
 
-    status_code = 429
-    error_code = 'too_many_requests'
 
-
-class ServerError(APIError):
+class ServerError(APIError, status=500, code='server_error'):
     """5xx: the server failed."""
-
-    status_code = 500
-    error_code = 'server_error'
 
 
 # -- codes ----------------------------------------------------------------------------------------------------------
-class InvalidJSON(BadRequest):
+class InvalidJSON(BadRequest, code='invalid_json'):
     """400 `invalid_json`: the body is not a JSON object."""
 
-    error_code = 'invalid_json'
 
-
-class ThreadNotFound(NotFound):
+class ThreadNotFound(NotFound, code='thread_not_found'):
     """404 `thread_not_found`: no such thread for this resource (a thread of another resource reads the same)."""
 
-    error_code = 'thread_not_found'
 
-
-class MessageConflict(Conflict):
+class MessageConflict(Conflict, code='message_conflict'):
     """409 `message_conflict`: a message id is stored with other content."""
 
-    error_code = 'message_conflict'
 
-
-class ThreadExists(Conflict):
+class ThreadExists(Conflict, code='thread_exists'):
     """409 `thread_exists`: the thread id is taken."""
 
-    error_code = 'thread_exists'
 
-
-class VersionConflict(Conflict):
+class VersionConflict(Conflict, code='version_conflict'):
     """409 `version_conflict`: another request changed this memory at the same time; retry."""
 
-    error_code = 'version_conflict'
 
-
-class Erased(Conflict):
+class Erased(Conflict, code='erased'):
     """409 `erased`: the thread or resource was erased while the request ran."""
 
-    error_code = 'erased'
 
-
-class PayloadTooLarge(TooLarge):
+class PayloadTooLarge(TooLarge, code='payload_too_large'):
     """413 `payload_too_large`: the body, a list or an attachment is over its limit."""
 
-    error_code = 'payload_too_large'
 
-
-class WorkingMemoryTooLarge(TooLarge):
+class WorkingMemoryTooLarge(TooLarge, code='working_memory_too_large'):
     """413 `working_memory_too_large`."""
 
-    error_code = 'working_memory_too_large'
 
-
-class ValidationFailed(InvalidRequest):
+class ValidationFailed(InvalidRequest, code='validation_error'):
     """422 `validation_error`: fields are invalid (see `details` for each)."""
 
-    error_code = 'validation_error'
 
-
-class InvalidId(InvalidRequest):
+class InvalidId(InvalidRequest, code='invalid_id'):
     """422 `invalid_id`: a resource, thread or message id outside the id grammar."""
 
-    error_code = 'invalid_id'
 
-
-class InvalidInput(InvalidRequest):
+class InvalidInput(InvalidRequest, code='invalid_input'):
     """422 `invalid_input`: a value the service cannot use (a cursor, a page, a date...)."""
 
-    error_code = 'invalid_input'
 
-
-class RetrievalDisabled(InvalidRequest):
+class RetrievalDisabled(InvalidRequest, code='retrieval_disabled'):
     """422 `retrieval_disabled`: recall needs `retrieval` in the server's OM configuration."""
 
-    error_code = 'retrieval_disabled'
 
-
-class WorkingMemoryDisabled(InvalidRequest):
+class WorkingMemoryDisabled(InvalidRequest, code='working_memory_disabled'):
     """422 `working_memory_disabled`: working memory is off in the server's configuration."""
 
-    error_code = 'working_memory_disabled'
 
-
-class InvalidWorkingMemory(InvalidRequest):
+class InvalidWorkingMemory(InvalidRequest, code='invalid_working_memory'):
     """422 `invalid_working_memory`: the update does not match the template or schema."""
 
-    error_code = 'invalid_working_memory'
 
-
-class InternalError(ServerError):
+class InternalError(ServerError, code='internal_error'):
     """500 `internal_error`."""
 
-    error_code = 'internal_error'
 
-
-class ModelError(ServerError):
+class ModelError(ServerError, status=502, code='model_error'):
     """502 `model_error`: the language model refused or failed the request."""
 
-    status_code = 502
-    error_code = 'model_error'
 
-
-class DependencyUnavailable(ServerError):
+class DependencyUnavailable(ServerError, status=502, code='dependency_unavailable'):
     """502 `dependency_unavailable`: API Gateway could not reach the function."""
 
-    status_code = 502
-    error_code = 'dependency_unavailable'
 
-
-class ServiceUnavailable(ServerError):
+class ServiceUnavailable(ServerError, status=503, code='service_unavailable'):
     """503: a model or dependency is unavailable right now; nothing was written."""
 
-    status_code = 503
-    error_code = 'service_unavailable'
 
-
-class ModelUnavailable(ServiceUnavailable):
+class ModelUnavailable(ServiceUnavailable, code='model_unavailable'):
     """503 `model_unavailable`."""
 
-    error_code = 'model_unavailable'
 
-
-class StorageUnavailable(ServiceUnavailable):
+class StorageUnavailable(ServiceUnavailable, code='storage_unavailable'):
     """503 `storage_unavailable`."""
 
-    error_code = 'storage_unavailable'
 
-
-class GatewayTimeout(ServerError):
+class GatewayTimeout(ServerError, status=504, code='timeout'):
     """504 `timeout`: API Gateway stopped waiting for the function."""
 
-    status_code = 504
-    error_code = 'timeout'
 
-
-def _registry() -> dict[str, type[APIError]]:
-    found: dict[str, type[APIError]] = {}
-    pending: list[type[APIError]] = [APIError]
-    while pending:
-        cls = pending.pop()
-        pending.extend(cls.__subclasses__())
-        if cls.error_code and cls.__module__ == __name__:
-            found.setdefault(cls.error_code, cls)
-    return found
-
-
-BY_CODE: dict[str, type[APIError]] = _registry()
 BY_STATUS: dict[int, type[APIError]] = {
     400: BadRequest,
     401: Unauthenticated,

@@ -1,13 +1,15 @@
-"""What the integrations share: calling either client from async code, and running the memory tools."""
+"""What the integrations share: calling either client from async code, the thread a session or hook provider is
+bound to (steps, turns, parts, tool names), and running the memory tools."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from om_client.client import AsyncMemoryClient, MemoryClient
 from om_client.errors import APIError, ConnectionFailed, InvalidRequest
+from om_client.models import DataPart, Message, StepResult, ToolCallPart, TurnResult
 from om_client.tools import (
     json_object_text,
     recall_answer,
@@ -57,3 +59,57 @@ async def run_update_working_memory(
     except (ValueError, ConnectionFailed) as exc:
         return working_memory_answer(False, str(exc)), True
     return working_memory_answer(True), False
+
+
+class ThreadBinding:
+    """One thread's memory as an integration uses it: the client, the thread, whose memory it is (default: the
+    client's `resource_id`), and who hears of the `data-om-*` parts of each step and turn."""
+
+    def __init__(
+        self,
+        client: AnyClient,
+        *,
+        thread_id: str,
+        resource_id: str | None,
+        read_only: bool | None,
+        on_parts: Callable[[list[DataPart]], Any] | None,
+    ) -> None:
+        self.client = client
+        self.thread_id = thread_id
+        resource = resource_id or client.resource_id
+        if not resource:
+            raise ValueError('resource_id is required (or create the client with resource_id=...)')
+        self.resource_id: str = resource
+        self.read_only = read_only
+        self.on_parts = on_parts
+        self.last_step: StepResult | None = None
+        self._tool_names: dict[str, str] = {}  # tool call id -> tool name: filled by calls, read by their results
+
+    def _publish(self, parts: Sequence[DataPart]) -> None:
+        if self.on_parts is not None and parts:
+            self.on_parts(list(parts))
+
+    async def _step(self, new: Sequence[Message]) -> StepResult:
+        """Save the new input as a step; the Actor's context. Outputs saved later may answer calls made in it, so
+        their tool names are kept."""
+        step: StepResult = await call(
+            self.client, 'step', self.thread_id, new, resource_id=self.resource_id, read_only=self.read_only
+        )
+        self._learn_tool_names(step.messages)
+        return step
+
+    async def _turn(self, messages: Sequence[Message]) -> TurnResult:
+        turn: TurnResult = await call(self.client, 'turn', self.thread_id, messages, resource_id=self.resource_id)
+        return turn
+
+    def _learn_tool_names(self, messages: Iterable[Message]) -> None:
+        for message in messages:
+            for part in message.parts:
+                if isinstance(part, ToolCallPart):
+                    self._tool_names[part.tool_call_id] = part.tool_name
+
+    async def _recall(self, args: Mapping[str, Any] | str | None) -> str:
+        return await run_recall(self.client, self.thread_id, self.resource_id, args)
+
+    async def _update_working_memory(self, args: Mapping[str, Any] | str | None) -> tuple[str, bool]:
+        return await run_update_working_memory(self.client, self.thread_id, self.resource_id, args)

@@ -25,11 +25,11 @@ Every message gets its id here, so a repeated `add_items` request (a retry) is a
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from om_client.errors import ThreadNotFound
-from om_client.integrations._shared import AnyClient, call, run_recall, run_update_working_memory
+from om_client.integrations._shared import AnyClient, ThreadBinding, call
 from om_client.models import (
     DataPart,
     FilePart,
@@ -285,7 +285,7 @@ def step_to_items(step: StepResult) -> list[Item]:
 
 
 # -- the Session ----------------------------------------------------------------------------------------------------
-class ObservationalMemorySession:
+class ObservationalMemorySession(ThreadBinding):
     """The Agents SDK `Session` protocol over the Observational Memory API.
 
     Args:
@@ -308,19 +308,10 @@ class ObservationalMemorySession:
         on_parts: Callable[[list[DataPart]], Any] | None = None,
         session_settings: Any = None,
     ) -> None:
-        self.client = client
-        self.thread_id = thread_id
+        super().__init__(client, thread_id=thread_id, resource_id=resource_id, read_only=read_only, on_parts=on_parts)
         self.session_id = thread_id
-        resource = resource_id or client.resource_id
-        if not resource:
-            raise ValueError('resource_id is required (or create the client with resource_id=...)')
-        self.resource_id: str = resource
-        self.read_only = read_only
-        self.on_parts = on_parts
         self.session_settings = session_settings
-        self.last_step: StepResult | None = None
         self.last_turns: list[TurnResult] = []
-        self._tool_names: dict[str, str] = {}
 
     @property
     def parts(self) -> list[DataPart]:
@@ -330,20 +321,10 @@ class ObservationalMemorySession:
             found.extend(turn.parts)
         return found
 
-    def _publish(self, parts: Sequence[DataPart]) -> None:
-        if self.on_parts is not None and parts:
-            self.on_parts(list(parts))
-
     async def get_items(self, limit: int | None = None) -> list[Item]:
         """The memory system message, then the unobserved messages (the newest `limit` items when given)."""
-        step = await call(
-            self.client, 'step', self.thread_id, [], resource_id=self.resource_id, read_only=self.read_only
-        )
+        step = await self._step([])
         self.last_step, self.last_turns = step, []
-        for message in step.messages:  # outputs saved later may answer calls made in these
-            for part in message.parts:
-                if isinstance(part, ToolCallPart):
-                    self._tool_names[part.tool_call_id] = part.tool_name
         self._publish(step.parts)
         items = step_to_items(step)
         if limit is None:
@@ -355,7 +336,7 @@ class ObservationalMemorySession:
         messages = items_to_messages(items, self._tool_names)
         if not messages:
             return
-        turn = await call(self.client, 'turn', self.thread_id, messages, resource_id=self.resource_id)
+        turn = await self._turn(messages)
         self.last_turns.append(turn)
         self._publish(turn.parts)
 
@@ -400,7 +381,7 @@ class ObservationalMemorySession:
         from agents import FunctionTool
 
         async def invoke(_context: Any, arguments: str) -> str:
-            return await run_recall(self.client, self.thread_id, self.resource_id, arguments)
+            return await self._recall(arguments)
 
         return FunctionTool(
             name=RECALL_NAME,
@@ -415,7 +396,7 @@ class ObservationalMemorySession:
         from agents import FunctionTool
 
         async def invoke(_context: Any, arguments: str) -> str:
-            answer, _ = await run_update_working_memory(self.client, self.thread_id, self.resource_id, arguments)
+            answer, _ = await self._update_working_memory(arguments)
             return answer
 
         return FunctionTool(

@@ -32,7 +32,7 @@ from strands.hooks import (
 )
 from strands.tools.tools import PythonAgentTool
 
-from om_client.integrations._shared import AnyClient, call, run_recall, run_update_working_memory
+from om_client.integrations._shared import AnyClient, ThreadBinding
 from om_client.models import (
     DataPart,
     FilePart,
@@ -40,7 +40,6 @@ from om_client.models import (
     Message,
     Part,
     ReasoningPart,
-    StepResult,
     TextPart,
     ToolCallPart,
     ToolResultPart,
@@ -207,7 +206,7 @@ def to_strands(messages: Iterable[Message]) -> tuple[list[StrandsMessage], list[
 
 
 # -- the hook provider ----------------------------------------------------------------------------------------------
-class ObservationalMemoryHooks(HookProvider):
+class ObservationalMemoryHooks(ThreadBinding, HookProvider):
     """Loads memory into a Strands agent before each invocation and saves the turn after it.
 
     Args:
@@ -227,18 +226,9 @@ class ObservationalMemoryHooks(HookProvider):
         read_only: bool | None = None,
         on_parts: Callable[[list[DataPart]], Any] | None = None,
     ) -> None:
-        self.client = client
-        self.thread_id = thread_id
-        resource = resource_id or client.resource_id
-        if not resource:
-            raise ValueError('resource_id is required (or create the client with resource_id=...)')
-        self.resource_id: str = resource
-        self.read_only = read_only
-        self.on_parts = on_parts
-        self.last_step: StepResult | None = None
+        super().__init__(client, thread_id=thread_id, resource_id=resource_id, read_only=read_only, on_parts=on_parts)
         self.last_turn: TurnResult | None = None
         self._base_prompt: list[dict[str, Any]] | None = None
-        self._tool_names: dict[str, str] = {}
         self._added: list[StrandsMessage] | None = None
         self._input_count = 0
 
@@ -254,10 +244,6 @@ class ObservationalMemoryHooks(HookProvider):
         registry.add_callback(MessageAddedEvent, self._record)
         registry.add_callback(AfterInvocationEvent, self._save)
 
-    def _publish(self, parts: Sequence[DataPart]) -> None:
-        if self.on_parts is not None and parts:
-            self.on_parts(list(parts))
-
     def _remember_prompt(self, event: AgentInitializedEvent) -> None:
         content = event.agent.system_prompt_content
         self._base_prompt = [dict(block) for block in content] if content else None
@@ -266,16 +252,10 @@ class ObservationalMemoryHooks(HookProvider):
         agent = event.agent
         inputs = [from_strands(m, self._tool_names) for m in event.messages or []]
         new = [m for m in inputs if m is not None]
-        step = await call(
-            self.client, 'step', self.thread_id, new, resource_id=self.resource_id, read_only=self.read_only
-        )
+        step = await self._step(new)
         self.last_step, self.last_turn = step, None
         self._publish(step.parts)
         new_ids = {m.id for m in new}
-        for message in step.messages:
-            for part in message.parts:
-                if isinstance(part, ToolCallPart):
-                    self._tool_names[part.tool_call_id] = part.tool_name
         history, system_texts = to_strands(m for m in step.messages if m.id not in new_ids)
         memory = '\n\n'.join(t for t in [step.system, *system_texts] if t.strip())
         base = [dict(block) for block in self._base_prompt or []]
@@ -300,7 +280,7 @@ class ObservationalMemoryHooks(HookProvider):
         messages = [m for m in outputs if m is not None]
         if not messages:
             return
-        turn = await call(self.client, 'turn', self.thread_id, messages, resource_id=self.resource_id)
+        turn = await self._turn(messages)
         self.last_turn = turn
         self._publish(turn.parts)
 
@@ -308,7 +288,7 @@ class ObservationalMemoryHooks(HookProvider):
         """The recall tool as a Strands tool for this thread (`POST /recall`; needs `retrieval` on the server)."""
 
         async def recall(tool_use: Mapping[str, Any], **_: Any) -> dict[str, Any]:
-            answer = await run_recall(self.client, self.thread_id, self.resource_id, tool_use.get('input'))
+            answer = await self._recall(tool_use.get('input'))
             status = 'error' if answer.startswith('{"error"') else 'success'
             return {'toolUseId': tool_use['toolUseId'], 'status': status, 'content': [{'text': answer}]}
 
@@ -319,9 +299,7 @@ class ObservationalMemoryHooks(HookProvider):
         """`updateWorkingMemory` as a Strands tool (`PUT .../working-memory`; needs `workingMemory` on the server)."""
 
         async def update(tool_use: Mapping[str, Any], **_: Any) -> dict[str, Any]:
-            answer, failed = await run_update_working_memory(
-                self.client, self.thread_id, self.resource_id, tool_use.get('input')
-            )
+            answer, failed = await self._update_working_memory(tool_use.get('input'))
             status = 'error' if failed else 'success'
             return {'toolUseId': tool_use['toolUseId'], 'status': status, 'content': [{'text': answer}]}
 
