@@ -93,13 +93,11 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
 def _back_off(record: SQSRecord) -> None:
     """The model failed: come back later, later each time (SQS visibility, exponential with jitter), not on every
     visibility timeout while the model is down."""
-    from om_lib.adapters.aws_work import delay_redelivery
-
-    queue_url = _wiring.settings().OM_WORK_QUEUE_URL
-    if not queue_url:
+    work = _wiring.background_work()
+    if not work.queue_url:
         return
     try:
-        delay = delay_redelivery(queue_url, record.receipt_handle, int(record.attributes.approximate_receive_count))
+        delay = work.delay_redelivery(record.receipt_handle, int(record.attributes.approximate_receive_count))
     except OMError:
         logger.warning('could not delay the redelivery; the queue timeout applies', message_id=record.message_id)
         return

@@ -75,6 +75,19 @@ class AwsBackgroundWork:
         with aws_errors():
             self._client('sqs').send_message(**params)
 
+    def delay_redelivery(self, receipt_handle: str, receive_count: int) -> int:
+        """Keep a failed job's message invisible for `retry_delay_s(receive_count)` before the work queue delivers it
+        again; returns the delay. Best effort: when it fails (StorageError), the queue's own visibility timeout applies.
+
+        Uses the client that submits jobs, so a worker failing job after job in a model outage builds no client.
+        """
+        delay = retry_delay_s(receive_count)
+        with aws_errors():
+            self._client('sqs').change_message_visibility(
+                QueueUrl=self.queue_url or '', ReceiptHandle=receipt_handle, VisibilityTimeout=delay
+            )
+        return delay
+
 
 # A job that failed because the model was unavailable comes back after this long (doubling per receive, jittered),
 # so a brown-out does not turn into a redelivery every visibility timeout.
@@ -88,18 +101,6 @@ def retry_delay_s(receive_count: int) -> int:
     the top half (so a thousand threads' jobs do not come back in the same second)."""
     ceiling = min(RETRY_MAX_S, RETRY_BASE_S * 2 ** max(0, receive_count - 1))
     return int(_jitter.uniform(ceiling / 2, ceiling))
-
-
-def delay_redelivery(queue_url: str, receipt_handle: str, receive_count: int, *, sqs_client: Any = None) -> int:
-    """Keep a failed message invisible for `retry_delay_s(receive_count)` before SQS delivers it again; returns the
-    delay. Best effort: when it fails, the queue's own visibility timeout applies."""
-    import boto3
-
-    delay = retry_delay_s(receive_count)
-    client = sqs_client or boto3.client('sqs')
-    with aws_errors():
-        client.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=delay)
-    return delay
 
 
 # SQS takes 1-128 characters of ASCII letters, digits and punctuation as a message group id.

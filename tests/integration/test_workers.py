@@ -187,7 +187,8 @@ def test_a_job_that_met_a_model_outage_comes_back_later_each_time(aws, monkeypat
     sqs, url = aws
     _conversation(4)
     sqs.send_message(QueueUrl=url, MessageBody=_observe_body(), MessageGroupId='g', MessageDeduplicationId='d1')
-    received = sqs.receive_message(QueueUrl=url, AttributeNames=['All'])['Messages'][0]
+    # (received with no visibility timeout of its own: only the worker's backoff can hide it afterwards)
+    received = sqs.receive_message(QueueUrl=url, AttributeNames=['All'], VisibilityTimeout=0)['Messages'][0]
 
     def down(self, model_id, request, *, timeout_s):  # noqa: ANN001, ANN202
         raise ModelUnavailableError('503 from the model', status_code=503)
