@@ -880,7 +880,8 @@ class DynamoMemoryStore:
         with aws_errors():
             self.ddb.put_item(TableName=self.table_name, Item=item)
         # A thread's failure lives only as long as the thread: one written during (or after) an erase goes again.
-        if thread_id is not None and self.get_thread(resource_id, thread_id) is None:
+        # (Its META says whether it lives; `get_thread` would also read and parse the thread's document.)
+        if thread_id is not None and not _is_live_thread(self._get(pk, META), resource_id):
             self._delete_items([_key(pk, sk)])
 
     def recent_failures(self, resource_id: str, thread_id: str | None, *, limit: int = 20) -> list[FailureNote]:
