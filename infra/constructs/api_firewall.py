@@ -116,17 +116,30 @@ class ApiFirewall(Construct):
             cloud_watch_metrics_enabled=True, metric_name=f'OmApi{name}', sampled_requests_enabled=True
         )
 
-    def _body_limit_rule(self, *, priority: int) -> wafv2.CfnWebACL.RuleProperty:
+    def _blocking_rule(
+        self, name: str, *, priority: int, status: int, body_key: str, statement: wafv2.CfnWebACL.StatementProperty
+    ) -> wafv2.CfnWebACL.RuleProperty:
+        """A rule that answers a match with `status` and the custom response body `body_key`."""
         return wafv2.CfnWebACL.RuleProperty(
-            name='BodyOverLimit',
+            name=name,
             priority=priority,
             action=wafv2.CfnWebACL.RuleActionProperty(
                 block=wafv2.CfnWebACL.BlockActionProperty(
                     custom_response=wafv2.CfnWebACL.CustomResponseProperty(
-                        response_code=413, custom_response_body_key='PayloadTooLarge'
+                        response_code=status, custom_response_body_key=body_key
                     )
                 )
             ),
+            statement=statement,
+            visibility_config=self._visibility(name),
+        )
+
+    def _body_limit_rule(self, *, priority: int) -> wafv2.CfnWebACL.RuleProperty:
+        return self._blocking_rule(
+            'BodyOverLimit',
+            priority=priority,
+            status=413,
+            body_key='PayloadTooLarge',
             statement=wafv2.CfnWebACL.StatementProperty(
                 regex_match_statement=wafv2.CfnWebACL.RegexMatchStatementProperty(
                     regex_string=decimal_greater_than(self.max_body_bytes),
@@ -134,26 +147,19 @@ class ApiFirewall(Construct):
                     text_transformations=[wafv2.CfnWebACL.TextTransformationProperty(priority=0, type='NONE')],
                 )
             ),
-            visibility_config=self._visibility('BodyOverLimit'),
         )
 
     def _rate_rule(self, *, priority: int) -> wafv2.CfnWebACL.RuleProperty:
-        return wafv2.CfnWebACL.RuleProperty(
-            name='PerIpRate',
+        return self._blocking_rule(
+            'PerIpRate',
             priority=priority,
-            action=wafv2.CfnWebACL.RuleActionProperty(
-                block=wafv2.CfnWebACL.BlockActionProperty(
-                    custom_response=wafv2.CfnWebACL.CustomResponseProperty(
-                        response_code=429, custom_response_body_key='TooManyRequests'
-                    )
-                )
-            ),
+            status=429,
+            body_key='TooManyRequests',
             statement=wafv2.CfnWebACL.StatementProperty(
                 rate_based_statement=wafv2.CfnWebACL.RateBasedStatementProperty(
                     limit=self.rate_limit, aggregate_key_type='IP', evaluation_window_sec=300
                 )
             ),
-            visibility_config=self._visibility('PerIpRate'),
         )
 
     def _managed_group(self, name: str, *, priority: int, block_body: bool) -> wafv2.CfnWebACL.RuleProperty:
