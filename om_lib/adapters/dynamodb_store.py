@@ -41,7 +41,7 @@ from botocore.exceptions import ClientError
 
 from om_lib.adapters import dynamodb_schema as schema
 from om_lib.adapters.aws_errors import aws_errors, error_code
-from om_lib.adapters.dynamodb_batch import batch_write
+from om_lib.adapters.dynamodb_batch import batch_get, batch_write
 from om_lib.adapters.s3_blobs import S3Blobs, resource_prefix, thread_prefix
 from om_lib.clock import SystemClock
 from om_lib.errors import (
@@ -1490,17 +1490,8 @@ class DynamoMemoryStore:
         out: dict[str, Item] = {}
         pending = [_key(pk, sk) for pk, sk in dict.fromkeys(keys)]
         for start in range(0, len(pending), _BATCH_GET):
-            request: dict[str, Any] = {
-                self.table_name: {'Keys': pending[start : start + _BATCH_GET], 'ConsistentRead': True}
-            }
-            for _ in range(10):
-                with aws_errors():
-                    response = self.ddb.batch_get_item(RequestItems=request)
-                for item in response.get('Responses', {}).get(self.table_name, []):
-                    out[item[by]['S']] = item
-                request = response.get('UnprocessedKeys') or {}
-                if not request:
-                    break
+            for item in batch_get(self.ddb, self.table_name, pending[start : start + _BATCH_GET], what='items'):
+                out[item[by]['S']] = item
         return out
 
     def _query_all(self, kwargs: dict[str, Any]) -> Iterator[Item]:
