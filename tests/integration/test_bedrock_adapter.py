@@ -313,7 +313,7 @@ def test_titan_embedder_errors_use_the_same_table(server: FakeBedrock, model: Be
 def test_importing_the_adapters_imports_no_sdk() -> None:
     code = (
         'import sys, om_lib.adapters.bedrock_model, om_lib.adapters.bedrock_embedder, om_lib.adapters.openai_model, '
-        'om_lib.adapters.openai_embedder; sys.exit(any(m in sys.modules for m in ("boto3", "openai")))'
+        'om_lib.adapters.openai_embedder; sys.exit(any(m in sys.modules for m in ("boto3", "botocore", "openai")))'
     )
     assert subprocess.run([sys.executable, '-c', code], check=False).returncode == 0
 
