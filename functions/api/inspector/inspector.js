@@ -31,11 +31,8 @@
   const fmt = (n) => (typeof n === 'number' ? n.toLocaleString('en-US') : '—');
   const seg = encodeURIComponent;
 
-  const state = {
-    resourceId: '',
-    threadId: '',
-    view: 'memory',
-    threads: [],
+  // What the page has fetched for the thread it shows (and the JSON it last rendered): cleared when it changes.
+  const threadView = () => ({
     memory: null,
     memoryKey: '',
     messages: null,
@@ -44,6 +41,14 @@
     generations: null,
     generationsKey: '',
     generationsFor: '',
+  });
+
+  const state = {
+    resourceId: '',
+    threadId: '',
+    view: 'memory',
+    threads: [],
+    ...threadView(),
     reasons: new Map(),
     paused: false,
     timer: null,
@@ -183,19 +188,7 @@
   async function openResource(resourceId, threadId) {
     state.generation += 1;
     const mine = state.generation;
-    Object.assign(state, {
-      resourceId,
-      threadId: '',
-      threads: [],
-      memory: null,
-      memoryKey: '',
-      messages: null,
-      messagesKey: '',
-      msgPage: 0,
-      generations: null,
-      generationsKey: '',
-      generationsFor: '',
-    });
+    Object.assign(state, { resourceId, threadId: '', threads: [], ...threadView() });
     $('resource').value = resourceId;
     showAlert(null);
     setState('loading');
@@ -264,17 +257,7 @@
 
   async function selectThread(threadId) {
     state.generation += 1;
-    Object.assign(state, {
-      threadId,
-      memory: null,
-      memoryKey: '',
-      messages: null,
-      messagesKey: '',
-      msgPage: 0,
-      generations: null,
-      generationsKey: '',
-      generationsFor: '',
-    });
+    Object.assign(state, { threadId, ...threadView() });
     renderThreadSelect();
     writeUrl();
     setState('loading');
