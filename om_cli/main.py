@@ -304,16 +304,21 @@ class Chat:
             action()
         return True
 
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        """The API's answer to one call, or None when it failed (after saying why)."""
         try:
-            return http_json(self.url, method, path, body)
+            status, answer = http_json(self.url, method, path, body)
         except (urllib.error.URLError, OSError) as exc:
-            return 0, {'error': {'message': f'the server at {self.url} did not answer ({_reason(exc)})'}}
+            self.say(f'[0] the server at {self.url} did not answer ({_reason(exc)})')
+            return None
+        if status != 200:
+            self.say(f'[{status}] {error_text(answer)}')
+            return None
+        return answer
 
     def chat(self, text: str) -> None:
-        status, body = self.call('POST', f'/threads/{self.thread}/chat', {'resourceId': self.resource, 'content': text})
-        if status != 200:
-            self.say(f'[{status}] {error_text(body)}')
+        body = self.call('POST', f'/threads/{self.thread}/chat', {'resourceId': self.resource, 'content': text})
+        if body is None:
             return
         reply = body.get('reply') or {}
         parts = body.get('parts') or []
@@ -321,9 +326,8 @@ class Chat:
         self.say(f'  {status_line(parts)}')
 
     def memory(self) -> None:
-        status, view = self.call('GET', f'/threads/{self.thread}/memory?resourceId={self.resource}')
-        if status != 200:
-            self.say(f'[{status}] {error_text(view)}')
+        view = self.call('GET', f'/threads/{self.thread}/memory?resourceId={self.resource}')
+        if view is None:
             return
         limits = view.get('thresholds') or {}
         self.say(
@@ -337,9 +341,8 @@ class Chat:
 
     def threads(self) -> None:
         path = f'/resources/{self.resource}/threads?orderBy=updatedAt&direction=DESC&perPage=20'
-        status, body = self.call('GET', path)
-        if status != 200:
-            self.say(f'[{status}] {error_text(body)}')
+        body = self.call('GET', path)
+        if body is None:
             return
         found = body.get('threads') or []
         if not found:
@@ -358,9 +361,8 @@ class Chat:
     def recall(self, query: str) -> None:
         body: dict[str, Any] = {'resourceId': self.resource, 'threadId': self.thread}
         body |= {'mode': 'search', 'query': query} if query else {'mode': 'messages'}
-        status, answer = self.call('POST', '/recall', body)
-        if status != 200:
-            self.say(f'[{status}] {error_text(answer)}')
+        answer = self.call('POST', '/recall', body)
+        if answer is None:
             return
         self.say(answer.get('messages') or answer.get('results') or '(nothing found)')
 
