@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from om_cli.wiring import QUIET_FUNCTIONS, http_json, model_notice
 from om_lib.errors import ConfigError
@@ -317,7 +318,9 @@ class Chat:
         return answer
 
     def chat(self, text: str) -> None:
-        body = self.call('POST', f'/threads/{self.thread}/chat', {'resourceId': self.resource, 'content': text})
+        body = self.call(
+            'POST', f'/threads/{quote(self.thread, safe="")}/chat', {'resourceId': self.resource, 'content': text}
+        )
         if body is None:
             return
         reply = body.get('reply') or {}
@@ -326,7 +329,9 @@ class Chat:
         self.say(f'  {status_line(parts)}')
 
     def memory(self) -> None:
-        view = self.call('GET', f'/threads/{self.thread}/memory?resourceId={self.resource}')
+        view = self.call(
+            'GET', f'/threads/{quote(self.thread, safe="")}/memory?{urlencode({"resourceId": self.resource})}'
+        )
         if view is None:
             return
         limits = view.get('thresholds') or {}
@@ -340,7 +345,7 @@ class Chat:
         self.say(textwrap.indent(view.get('observations') or '(nothing observed yet)', '  '))
 
     def threads(self) -> None:
-        path = f'/resources/{self.resource}/threads?orderBy=updatedAt&direction=DESC&perPage=20'
+        path = f'/resources/{quote(self.resource, safe="")}/threads?orderBy=updatedAt&direction=DESC&perPage=20'
         body = self.call('GET', path)
         if body is None:
             return
