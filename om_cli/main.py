@@ -11,9 +11,11 @@ import argparse
 import errno
 import json
 import os
+import signal
 import socket
 import sys
 import textwrap
+import threading
 import urllib.error
 import uuid
 from collections.abc import Iterator, Mapping
@@ -40,9 +42,6 @@ class UsageError(Exception):
 # ---------------------------------------------------------------------------------------------------------------------
 def cmd_serve(args: argparse.Namespace) -> int:
     """`om serve`: the HTTP API with background work, until Ctrl-C or SIGTERM."""
-    import signal
-    import threading
-
     from om_cli import local_logs
     from om_cli.local_stack import DESCRIBE_PATH, LocalStack
 
@@ -61,10 +60,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise
     except ValueError as exc:  # a bad OM_STACK_PREFIX and the like: the message says how to fix it
         raise UsageError(str(exc)) from exc
-    stopping = threading.Event()
-    # Ctrl-C and `kill` both stop it cleanly; a second signal while stopping changes nothing.
-    signal.signal(signal.SIGINT, lambda *_: stopping.set())
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    stopping = stop_on_signals()
     try:
         aws = 'embedded moto server' if stack.embedded else 'AWS_ENDPOINT_URL'
         print(f'om serve: {stack.url}  (AWS: {aws} at {stack.endpoint})', flush=True)
@@ -79,6 +75,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print('stopping ...', file=sys.stderr, flush=True)
         stack.stop()
     return 0
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by Ctrl-C or `kill` (SIGTERM), so a server stops cleanly; a second signal changes nothing.
+    Installed before the server says where it is: a signal sent as soon as that line shows is already handled."""
+    stopping = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    return stopping
 
 
 def check_config(path: str | None) -> None:
@@ -435,9 +440,6 @@ def status_line(parts: list[dict[str, Any]]) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 def cmd_inspect(args: argparse.Namespace) -> int:
     """`om inspect`: the memory inspector on loopback, its API calls forwarded (and signed) to --api-url."""
-    import signal
-    import threading
-
     from om_cli import inspect
 
     check_port_free('127.0.0.1', args.port)
@@ -452,9 +454,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     except OSError as exc:
         raise UsageError(port_message('127.0.0.1', args.port, exc)) from exc
-    stopping = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stopping.set())
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    stopping = stop_on_signals()
     with server:
         print(f'om inspect: {server.url}  (API: {api_url}, auth: {args.auth}; Ctrl-C stops)', flush=True)
         while not stopping.wait(0.5):
