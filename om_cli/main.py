@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import errno
 import json
-import os
 import signal
 import socket
 import sys
@@ -18,8 +17,6 @@ import textwrap
 import threading
 import urllib.error
 import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -121,7 +118,7 @@ def port_message(host: str, port: int, exc: OSError) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 def cmd_invoke(args: argparse.Namespace) -> int:
     """`om invoke <function> <event.json>`: one handler, on a fresh local stack or a running `om serve` (--stack)."""
-    from om_cli.local_stack import LocalStack, invoke_handler
+    from om_cli.local_stack import LocalStack, attached, invoke_handler
 
     event = read_event(args.function, args.event)
     if args.stack:
@@ -179,39 +176,6 @@ def describe_stack(url: str) -> dict[str, Any]:
     if status != 200 or not isinstance(body, dict) or not body.get('endpoint'):
         raise UsageError(f'{url} is not an `om serve` local stack (GET {DESCRIBE_PATH} answered {status})')
     return body
-
-
-@contextmanager
-def attached(description: Mapping[str, Any]) -> Iterator[None]:
-    """The functions' environment of a running stack, for this process, while the block runs."""
-    from om_cli.local_stack import FAKE_CREDENTIALS, reset_functions
-
-    env: dict[str, str | None] = {
-        'OM_CONFIG_FILE': None,  # the stack's own configuration, not one from this shell
-        'OM_CONFIG': None,
-        **FAKE_CREDENTIALS,
-        **dict(description.get('env') or {}),
-        **QUIET_FUNCTIONS,
-        'AWS_ENDPOINT_URL': str(description['endpoint']),
-        'AWS_DEFAULT_REGION': str(description.get('region') or 'us-east-1'),
-        'AWS_ACCOUNT_ID_ENDPOINT_MODE': 'disabled',
-    }
-    saved = {name: os.environ.get(name) for name in env}
-    for name, value in env.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    reset_functions()
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        reset_functions()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
