@@ -593,10 +593,7 @@ class LocalStack:
                 self._saved_moto_config = None
             self.embedded = False
         for name, value in self._saved_env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+            _put_env(name, value)
         self._saved_env.clear()
         self._clients.clear()
         with suppress(Exception):
@@ -607,10 +604,7 @@ class LocalStack:
     def _setenv(self, name: str, value: str | None) -> None:
         if name not in self._saved_env:
             self._saved_env[name] = os.environ.get(name)
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+        _put_env(name, value)
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -914,11 +908,40 @@ class LocalStack:
             time.sleep(interval)
 
 
-def reset_functions() -> None:
-    """Forget what the functions built (their clients, settings and engine), after their environment changed."""
+@contextmanager
+def attached(description: Mapping[str, Any]) -> Iterator[None]:
+    """The functions' environment of the running stack `description` tells of (`LocalStack.describe`, which
+    `om serve` answers at DESCRIBE_PATH), for this process, while the block runs."""
     from functions import _wiring
 
-    _wiring.reset()
+    env: dict[str, str | None] = {
+        'OM_CONFIG_FILE': None,  # the stack's own configuration, not one from this shell
+        'OM_CONFIG': None,
+        **FAKE_CREDENTIALS,
+        **dict(description.get('env') or {}),
+        **local_logs.QUIET_FUNCTIONS,
+        'AWS_ENDPOINT_URL': str(description['endpoint']),
+        'AWS_DEFAULT_REGION': str(description.get('region') or 'us-east-1'),
+        'AWS_ACCOUNT_ID_ENDPOINT_MODE': 'disabled',
+    }
+    saved = {name: os.environ.get(name) for name in env}
+    for name, value in env.items():
+        _put_env(name, value)
+    _wiring.reset()  # the functions build their clients, settings and engine again, from this environment
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            _put_env(name, value)
+        _wiring.reset()
+
+
+def _put_env(name: str, value: str | None) -> None:
+    """Set `name` in this process's environment, or unset it for None."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 @contextmanager

@@ -10,16 +10,16 @@ from __future__ import annotations
 import argparse
 import errno
 import json
-import os
+import signal
 import socket
 import sys
 import textwrap
+import threading
 import urllib.error
 import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from om_cli.wiring import QUIET_FUNCTIONS, http_json, model_notice
 from om_lib.errors import ConfigError
@@ -39,9 +39,6 @@ class UsageError(Exception):
 # ---------------------------------------------------------------------------------------------------------------------
 def cmd_serve(args: argparse.Namespace) -> int:
     """`om serve`: the HTTP API with background work, until Ctrl-C or SIGTERM."""
-    import signal
-    import threading
-
     from om_cli import local_logs
     from om_cli.local_stack import DESCRIBE_PATH, LocalStack
 
@@ -60,10 +57,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise
     except ValueError as exc:  # a bad OM_STACK_PREFIX and the like: the message says how to fix it
         raise UsageError(str(exc)) from exc
-    stopping = threading.Event()
-    # Ctrl-C and `kill` both stop it cleanly; a second signal while stopping changes nothing.
-    signal.signal(signal.SIGINT, lambda *_: stopping.set())
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    stopping = stop_on_signals()
     try:
         aws = 'embedded moto server' if stack.embedded else 'AWS_ENDPOINT_URL'
         print(f'om serve: {stack.url}  (AWS: {aws} at {stack.endpoint})', flush=True)
@@ -78,6 +72,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print('stopping ...', file=sys.stderr, flush=True)
         stack.stop()
     return 0
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by Ctrl-C or `kill` (SIGTERM), so a server stops cleanly; a second signal changes nothing.
+    Installed before the server says where it is: a signal sent as soon as that line shows is already handled."""
+    stopping = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    return stopping
 
 
 def check_config(path: str | None) -> None:
@@ -115,7 +118,7 @@ def port_message(host: str, port: int, exc: OSError) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 def cmd_invoke(args: argparse.Namespace) -> int:
     """`om invoke <function> <event.json>`: one handler, on a fresh local stack or a running `om serve` (--stack)."""
-    from om_cli.local_stack import LocalStack, invoke_handler
+    from om_cli.local_stack import LocalStack, attached, invoke_handler
 
     event = read_event(args.function, args.event)
     if args.stack:
@@ -173,39 +176,6 @@ def describe_stack(url: str) -> dict[str, Any]:
     if status != 200 or not isinstance(body, dict) or not body.get('endpoint'):
         raise UsageError(f'{url} is not an `om serve` local stack (GET {DESCRIBE_PATH} answered {status})')
     return body
-
-
-@contextmanager
-def attached(description: Mapping[str, Any]) -> Iterator[None]:
-    """The functions' environment of a running stack, for this process, while the block runs."""
-    from om_cli.local_stack import FAKE_CREDENTIALS, reset_functions
-
-    env: dict[str, str | None] = {
-        'OM_CONFIG_FILE': None,  # the stack's own configuration, not one from this shell
-        'OM_CONFIG': None,
-        **FAKE_CREDENTIALS,
-        **dict(description.get('env') or {}),
-        **QUIET_FUNCTIONS,
-        'AWS_ENDPOINT_URL': str(description['endpoint']),
-        'AWS_DEFAULT_REGION': str(description.get('region') or 'us-east-1'),
-        'AWS_ACCOUNT_ID_ENDPOINT_MODE': 'disabled',
-    }
-    saved = {name: os.environ.get(name) for name in env}
-    for name, value in env.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    reset_functions()
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        reset_functions()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -304,16 +274,23 @@ class Chat:
             action()
         return True
 
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        """The API's answer to one call, or None when it failed (after saying why)."""
         try:
-            return http_json(self.url, method, path, body)
+            status, answer = http_json(self.url, method, path, body)
         except (urllib.error.URLError, OSError) as exc:
-            return 0, {'error': {'message': f'the server at {self.url} did not answer ({_reason(exc)})'}}
+            self.say(f'[0] the server at {self.url} did not answer ({_reason(exc)})')
+            return None
+        if status != 200:
+            self.say(f'[{status}] {error_text(answer)}')
+            return None
+        return answer
 
     def chat(self, text: str) -> None:
-        status, body = self.call('POST', f'/threads/{self.thread}/chat', {'resourceId': self.resource, 'content': text})
-        if status != 200:
-            self.say(f'[{status}] {error_text(body)}')
+        body = self.call(
+            'POST', f'/threads/{quote(self.thread, safe="")}/chat', {'resourceId': self.resource, 'content': text}
+        )
+        if body is None:
             return
         reply = body.get('reply') or {}
         parts = body.get('parts') or []
@@ -321,9 +298,10 @@ class Chat:
         self.say(f'  {status_line(parts)}')
 
     def memory(self) -> None:
-        status, view = self.call('GET', f'/threads/{self.thread}/memory?resourceId={self.resource}')
-        if status != 200:
-            self.say(f'[{status}] {error_text(view)}')
+        view = self.call(
+            'GET', f'/threads/{quote(self.thread, safe="")}/memory?{urlencode({"resourceId": self.resource})}'
+        )
+        if view is None:
             return
         limits = view.get('thresholds') or {}
         self.say(
@@ -336,10 +314,9 @@ class Chat:
         self.say(textwrap.indent(view.get('observations') or '(nothing observed yet)', '  '))
 
     def threads(self) -> None:
-        path = f'/resources/{self.resource}/threads?orderBy=updatedAt&direction=DESC&perPage=20'
-        status, body = self.call('GET', path)
-        if status != 200:
-            self.say(f'[{status}] {error_text(body)}')
+        path = f'/resources/{quote(self.resource, safe="")}/threads?orderBy=updatedAt&direction=DESC&perPage=20'
+        body = self.call('GET', path)
+        if body is None:
             return
         found = body.get('threads') or []
         if not found:
@@ -358,9 +335,8 @@ class Chat:
     def recall(self, query: str) -> None:
         body: dict[str, Any] = {'resourceId': self.resource, 'threadId': self.thread}
         body |= {'mode': 'search', 'query': query} if query else {'mode': 'messages'}
-        status, answer = self.call('POST', '/recall', body)
-        if status != 200:
-            self.say(f'[{status}] {error_text(answer)}')
+        answer = self.call('POST', '/recall', body)
+        if answer is None:
             return
         self.say(answer.get('messages') or answer.get('results') or '(nothing found)')
 
@@ -428,9 +404,6 @@ def status_line(parts: list[dict[str, Any]]) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 def cmd_inspect(args: argparse.Namespace) -> int:
     """`om inspect`: the memory inspector on loopback, its API calls forwarded (and signed) to --api-url."""
-    import signal
-    import threading
-
     from om_cli import inspect
 
     check_port_free('127.0.0.1', args.port)
@@ -445,9 +418,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     except OSError as exc:
         raise UsageError(port_message('127.0.0.1', args.port, exc)) from exc
-    stopping = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stopping.set())
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    stopping = stop_on_signals()
     with server:
         print(f'om inspect: {server.url}  (API: {api_url}, auth: {args.auth}; Ctrl-C stops)', flush=True)
         while not stopping.wait(0.5):

@@ -256,3 +256,22 @@ def test_cli_chat_commands_show_memory_threads_recall_and_switch_threads(monkeyp
     assert 'I live in Porto' in text  # /recall: the thread's raw history from its start
     assert "now in thread 'side-quest'" in text and chat.thread == 'side-quest'
     assert 'unknown command /nope; /help lists the commands' in text
+
+
+def test_cli_chat_escapes_ids_in_paths_and_queries(monkeypatch):
+    import io
+
+    from om_cli.main import Chat
+
+    for name in DROPPED_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv('AWS_ENDPOINT_URL', raising=False)
+    with LocalStack(port=0, sweep_interval_s=None, workers=False) as stack:
+        out = io.StringIO()
+        # Ids may hold `&`, `+` and `:`, which mean something else in a query string
+        chat = Chat(stack.url, 'acme:a&b+c', 'trip+1', out=out)
+        for line in ('I live in Porto.', '/memory', '/threads'):
+            assert chat.handle(line)
+    text = out.getvalue()
+    assert "memory of thread 'trip+1'" in text and '  trip+1  updated' in text, text
+    assert '[4' not in text, text

@@ -31,11 +31,8 @@
   const fmt = (n) => (typeof n === 'number' ? n.toLocaleString('en-US') : '—');
   const seg = encodeURIComponent;
 
-  const state = {
-    resourceId: '',
-    threadId: '',
-    view: 'memory',
-    threads: [],
+  // What the page has fetched for the thread it shows (and the JSON it last rendered): cleared when it changes.
+  const threadView = () => ({
     memory: null,
     memoryKey: '',
     messages: null,
@@ -44,6 +41,14 @@
     generations: null,
     generationsKey: '',
     generationsFor: '',
+  });
+
+  const state = {
+    resourceId: '',
+    threadId: '',
+    view: 'memory',
+    threads: [],
+    ...threadView(),
     reasons: new Map(),
     paused: false,
     timer: null,
@@ -53,12 +58,12 @@
   };
 
   // -- DOM helpers ------------------------------------------------------------------------------------------------
-  function el(tag, attrs, ...children) {
-    const node = document.createElement(tag);
+  // A node (HTML or SVG) with attributes (`text` and `dataset` are special; null, undefined and false are left out)
+  // and children (nodes, or strings as text).
+  function fill(node, attrs, children) {
     for (const [name, value] of Object.entries(attrs || {})) {
       if (value === null || value === undefined || value === false) continue;
-      if (name === 'class') node.className = value;
-      else if (name === 'text') node.textContent = value;
+      if (name === 'text') node.textContent = value;
       else if (name === 'dataset') Object.assign(node.dataset, value);
       else node.setAttribute(name, value === true ? '' : String(value));
     }
@@ -69,16 +74,9 @@
     return node;
   }
 
-  function svg(tag, attrs, ...children) {
-    const node = document.createElementNS('http://www.w3.org/2000/svg', tag);
-    for (const [name, value] of Object.entries(attrs || {})) {
-      if (value !== null && value !== undefined) node.setAttribute(name, String(value));
-    }
-    for (const child of children.flat(Infinity)) {
-      if (child !== null && child !== undefined) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-    }
-    return node;
-  }
+  const el = (tag, attrs, ...children) => fill(document.createElement(tag), attrs, children);
+  const svg = (tag, attrs, ...children) =>
+    fill(document.createElementNS('http://www.w3.org/2000/svg', tag), attrs, children);
 
   // Text with `code` spans (the failure explanations are the README's words).
   function withCode(text) {
@@ -183,19 +181,7 @@
   async function openResource(resourceId, threadId) {
     state.generation += 1;
     const mine = state.generation;
-    Object.assign(state, {
-      resourceId,
-      threadId: '',
-      threads: [],
-      memory: null,
-      memoryKey: '',
-      messages: null,
-      messagesKey: '',
-      msgPage: 0,
-      generations: null,
-      generationsKey: '',
-      generationsFor: '',
-    });
+    Object.assign(state, { resourceId, threadId: '', threads: [], ...threadView() });
     $('resource').value = resourceId;
     showAlert(null);
     setState('loading');
@@ -264,17 +250,7 @@
 
   async function selectThread(threadId) {
     state.generation += 1;
-    Object.assign(state, {
-      threadId,
-      memory: null,
-      memoryKey: '',
-      messages: null,
-      messagesKey: '',
-      msgPage: 0,
-      generations: null,
-      generationsKey: '',
-      generationsFor: '',
-    });
+    Object.assign(state, { threadId, ...threadView() });
     renderThreadSelect();
     writeUrl();
     setState('loading');
