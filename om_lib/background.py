@@ -56,8 +56,8 @@ def stored_form(part: OMPart) -> dict[str, Any]:
 def finish_background(
     rt: Runtime, record: OMRecord, hint: LeaseName, cycle_id: str | None, part: OMPart | None
 ) -> None:
-    """Clear this cycle's running hint and keep its end/failed part for the next step (best effort)."""
-    stored = part.to_json() if part is not None else None
+    """Clear this cycle's running hint and keep its start/end/failed part for the next step (best effort)."""
+    stored = stored_form(part) if part is not None else None
 
     def finish(current: OMRecord) -> OMRecord | None:
         held = getattr(current, hint)
