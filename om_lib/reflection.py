@@ -588,7 +588,12 @@ class Reflection:
             thread_id=job.thread_id,
         )
         finish_background(rt, committed, workflow_lease(job), None, ended)
-        return {'outcome': 'committed', 'generation': committed.generation, 'tokens': committed.observation_tokens}
+        return {
+            'outcome': 'committed',
+            'generation': committed.generation,
+            'inputTokens': ended.tokens_observed,
+            'tokens': committed.observation_tokens,
+        }
 
     def release(self, job: Job, owner: str) -> dict[str, Any]:
         """The failure path: drop the staged result and the lease; the old observations stay as they were."""
