@@ -48,14 +48,15 @@ class Jobs(MemoryRooms):
             self.reflection.run_in_process(job, limit)
             return CycleParts()
         if job.kind == 'observe':
-            parts = self.observe_now(job.resource_id, job.thread_id, deadline=limit, reflect=False)[1]
+            record, parts = self.observe_now(job.resource_id, job.thread_id, deadline=limit, reflect=False)
         else:
             parts = CycleParts()
-            record = rt.store.get_record(job.record_key)
-            if record is not None:
-                self.reflection.reflect_now(record, job.thread_id, limit, parts)
+            found = rt.store.get_record(job.record_key)
+            if found is None:
+                return parts
+            record = self.reflection.reflect_now(found, job.thread_id, limit, parts).record
         # The client hears about it on its next step (om_lib/background.py).
-        keep_background_parts(rt, job.record_key, parts)
+        keep_background_parts(rt, record, parts)
         return parts
 
     def observe_now(
