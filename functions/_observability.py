@@ -112,7 +112,8 @@ def traced(handler: Handler) -> Handler:
 
 
 def record_parts_metrics(parts: Iterable[Mapping[str, Any]]) -> None:
-    """Count what the engine did in this request, from its `data-om-*` parts.
+    """Count what the engine did in this request, from the `data-om-*` parts it made (`CycleParts.made_here`: not the
+    parts background work kept for this request, counted by the worker or workflow that made them).
 
     `ModelCalls` counts Observer/Reflector cycles that started (one per cycle, retries inside it not included);
     callers add the Actor's calls themselves. Completed observations give `TokensObserved` (messages in) and
@@ -178,10 +179,20 @@ _WORKFLOW_FAILURE_REASONS = {
 
 
 def record_workflow_metrics(task: str, result: Mapping[str, Any], error: str | None = None) -> None:
-    """Reflection workflow outcomes: a committed generation, a log that would not shrink, a run that failed."""
-    if task == 'commit' and result.get('outcome') == 'committed':
+    """Reflection workflow outcomes: a run that started, a committed generation (its tokens in and out), a log that
+    would not shrink or an answer that is not a log, a run that failed.
+
+    Counted here, where the run happens, and only here: the parts the run keeps for the client's next step are not
+    counted again when that step delivers them (`CycleParts.made_here`).
+    """
+    outcome = result.get('outcome')
+    if task == 'check' and result.get('due'):
+        _single('ModelCalls', 1, {'service': SERVICE})
+    elif task == 'commit' and outcome == 'committed':
         _single('ReflectionsCompleted', 1, {'service': SERVICE})
-    elif task == 'reflect' and result.get('outcome') == 'not_smaller':
-        record_failure(REFLECTION_FAILURES, 'not_smaller')
+        _single('ReflectionInputTokens', int(result.get('inputTokens') or 0), {'service': SERVICE})
+        _single('ReflectionOutputTokens', int(result.get('tokens') or 0), {'service': SERVICE})
+    elif task == 'reflect' and outcome in ('not_smaller', 'invalid_reflection'):
+        record_failure(REFLECTION_FAILURES, str(outcome))
     elif task == 'release':
         record_failure(REFLECTION_FAILURES, _WORKFLOW_FAILURE_REASONS.get(error or '', 'error'))

@@ -13,7 +13,7 @@ on the record already, and delivery copies them into the part (`observations`, t
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from om_lib import buffering as buf
@@ -56,38 +56,42 @@ def stored_form(part: OMPart) -> dict[str, Any]:
 def finish_background(
     rt: Runtime, record: OMRecord, hint: LeaseName, cycle_id: str | None, part: OMPart | None
 ) -> None:
-    """Clear this cycle's running hint and keep its end/failed part for the next step (best effort)."""
-    stored = part.to_json() if part is not None else None
+    """Clear this cycle's running hint and keep its start/end/failed part for the next step (best effort)."""
 
-    def finish(current: OMRecord) -> OMRecord | None:
+    def clear_hint(current: OMRecord) -> dict[str, object]:
         held = getattr(current, hint)
-        update: dict[str, object] = {}
-        if held is not None and cycle_id is not None and held.owner == cycle_id:
-            update[hint] = None
-        if stored is not None:
-            update['background_parts'] = buf.keep_background_part(current.background_parts, stored)
+        return {hint: None} if held is not None and cycle_id is not None and held.owner == cycle_id else {}
+
+    _keep(rt, record, [part] if part is not None else [], clear_hint)
+
+
+def keep_background_parts(rt: Runtime, record: OMRecord, parts: Iterable[OMPart]) -> None:
+    """Keep what a worker's job produced (observation and reflection start/end/failed, title updates) on `record`
+    (its head, as the job left it), for the client's next step (best effort: a lost write loses only the news, never
+    memory)."""
+    _keep(rt, record, [p for p in parts if p.kind() in KEPT_KINDS])
+
+
+def _keep(
+    rt: Runtime,
+    record: OMRecord,
+    parts: Sequence[OMPart],
+    also: Callable[[OMRecord], dict[str, object]] = lambda _: {},
+) -> None:
+    """One write: `parts` kept on the record (`stored_form`), plus the update `also` makes of the fresh head."""
+    stored = [stored_form(p) for p in parts]
+
+    def keep(current: OMRecord) -> OMRecord | None:
+        update = also(current)
+        if stored:
+            waiting = current.background_parts
+            for part in stored:
+                waiting = buf.keep_background_part(waiting, part)
+            update['background_parts'] = waiting
         return current.model_copy(update=update) if update else None
 
-    if rt.writer.try_commit(record, finish) is None and stored is not None:
-        logger.warning('could not record a background outcome', extra={'key': record.key})
-
-
-def keep_background_parts(rt: Runtime, record_key: str, parts: Iterable[OMPart]) -> None:
-    """Keep what a worker's job produced (observation and reflection start/end/failed, title updates) on the record,
-    for the client's next step (best effort: a lost write loses only the news, never memory)."""
-    kept = [stored_form(p) for p in parts if p.kind() in KEPT_KINDS]
-    record = rt.store.get_record(record_key) if kept else None
-    if record is None:
-        return
-
-    def keep(current: OMRecord) -> OMRecord:
-        waiting = current.background_parts
-        for stored in kept:
-            waiting = buf.keep_background_part(waiting, stored)
-        return current.model_copy(update={'background_parts': waiting})
-
-    if rt.writer.try_commit(record, keep) is None:
-        logger.warning('could not record background outcomes', extra={'key': record_key})
+    if rt.writer.try_commit(record, keep) is None and stored:
+        logger.warning('could not record background outcomes', extra={'key': record.key})
 
 
 def deliver_background_parts(rt: Runtime, record: OMRecord, parts: CycleParts) -> OMRecord:

@@ -168,22 +168,14 @@ class MemoryEngine:
         """The scheduled sweeper (om_lib/jobs.py)."""
         return self.jobs.sweep(quiet_for=quiet_for, limit=limit)
 
-    # -- the reflection workflow's tasks (om_lib/reflection.py); the client hears of a run on its next step ----------
+    # -- the reflection workflow's tasks (om_lib/reflection.py); the client hears of a run on its next step ---------
     def workflow_check(self, job: Job, owner: str) -> dict[str, Any]:
         """Is reflection due? If so take the run's lease for `owner`."""
-        result = self.reflection.check(job, owner)
-        self.jobs.workflow_checked(job, owner, result)
-        return result
+        return self.reflection.check(job, owner)
 
     def workflow_reflect(self, job: Job, owner: str, *, deadline: float | None = None) -> dict[str, Any]:
         """Draft the reflection and stage it on the record."""
-        result = self.reflection.stage(job, owner, deadline=deadline)
-        if result.get('outcome') == 'not_smaller':
-            error = 'no reflection was smaller than the observations it condenses; they were kept as they are'
-            self.jobs.workflow_ended(
-                job, owner, 'not_smaller', input_tokens=int(result.get('inputTokens') or 0), error=error
-            )
-        return result
+        return self.reflection.stage(job, owner, deadline=deadline)
 
     def workflow_validate(self, job: Job, owner: str) -> dict[str, Any]:
         """Refuse a staged reflection that is empty or not smaller."""
@@ -191,19 +183,11 @@ class MemoryEngine:
 
     def workflow_commit(self, job: Job, owner: str) -> dict[str, Any]:
         """Make the staged reflection the new generation."""
-        staged = self.rt.store.get_record(job.record_key)
-        result = self.reflection.commit_staged(job, owner)
-        if result.get('outcome') == 'committed':
-            input_tokens = (staged.buffered_reflection_input_tokens or 0) if staged is not None else 0
-            self.jobs.workflow_ended(job, owner, 'committed', input_tokens=input_tokens)
-        return result
+        return self.reflection.commit_staged(job, owner)
 
     def workflow_release(self, job: Job, owner: str) -> dict[str, Any]:
         """The failure path: drop what was staged and the lease."""
-        result = self.reflection.release(job, owner)
-        if result.get('released'):
-            self.jobs.workflow_ended(job, owner, 'failed')
-        return result
+        return self.reflection.release(job, owner)
 
     # -- reading -------------------------------------------------------------------------------------------------------
     def memory_view(self, resource_id: str, thread_id: str) -> dict[str, Any]:

@@ -6,21 +6,19 @@ or duplicated job is harmless. They call the same observation pipeline and refle
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from datetime import timedelta
-from typing import Any
 
 from om_lib import titles
 from om_lib.background import keep_background_parts
 from om_lib.errors import ThreadNotFoundError
 from om_lib.observation import backlog_of
-from om_lib.parts import CycleParts, ObservationEnd, OMPart
+from om_lib.parts import CycleParts
 from om_lib.record_writer import lease_active
 from om_lib.records import OMRecord, record_key
 from om_lib.reflection import WORKER_BUDGET_S
 from om_lib.rooms import MemoryRooms
-from om_lib.runtime import Cycle, has_pending_tool_call
+from om_lib.runtime import has_pending_tool_call
 from om_lib.work import Job
 
 logger = logging.getLogger(__name__)
@@ -50,62 +48,16 @@ class Jobs(MemoryRooms):
             self.reflection.run_in_process(job, limit)
             return CycleParts()
         if job.kind == 'observe':
-            parts = self.observe_now(job.resource_id, job.thread_id, deadline=limit, reflect=False)[1]
+            record, parts = self.observe_now(job.resource_id, job.thread_id, deadline=limit, reflect=False)
         else:
             parts = CycleParts()
-            record = rt.store.get_record(job.record_key)
-            if record is not None:
-                self.reflection.reflect_now(record, job.thread_id, limit, parts)
+            found = rt.store.get_record(job.record_key)
+            if found is None:
+                return parts
+            record = self.reflection.reflect_now(found, job.thread_id, limit, parts).record
         # The client hears about it on its next step (om_lib/background.py).
-        keep_background_parts(rt, job.record_key, parts)
+        keep_background_parts(rt, record, parts)
         return parts
-
-    # -- the reflection workflow's outcomes, for the client's next step ---------------------------------------------
-    def workflow_checked(self, job: Job, owner: str, result: dict[str, Any]) -> None:
-        """A workflow run that took the lease started a reflection cycle (its cycle id is the execution's name)."""
-        if job.reason == 'buffer' or not result.get('due'):
-            return  # a buffered run is announced with buffering parts (om_lib/reflection.py)
-        rt = self.rt
-        record = rt.store.get_record(job.record_key)
-        if record is None:
-            return
-        run = Cycle(owner, rt.clock.now(), rt.clock.monotonic())
-        start = rt.start_part(run, 'reflection', int(result.get('inputTokens') or 0), record.id, job.thread_id)
-        keep_background_parts(rt, job.record_key, [start])
-
-    def workflow_ended(self, job: Job, owner: str, outcome: str, *, input_tokens: int = 0, error: str = '') -> None:
-        """A workflow run committed (`committed`), could not shrink the log (`not_smaller`) or failed (`failed`)."""
-        if job.reason == 'buffer':
-            return
-        rt = self.rt
-        record = rt.store.get_record(job.record_key)
-        if record is None:
-            return
-        part: OMPart
-        if outcome == 'committed':
-            part = ObservationEnd(
-                cycle_id=owner,
-                operation_type='reflection',
-                completed_at=rt.clock.now(),
-                duration_ms=0,  # the tasks run in separate invocations; the execution's history has the timings
-                tokens_observed=input_tokens,
-                observation_tokens=record.observation_tokens,
-                observations=record.active_observations,
-                record_id=record.id,
-                thread_id=job.thread_id,
-            )
-        else:
-            failed = rt.failed_part(
-                None,
-                'reflection',
-                input_tokens or record.observation_tokens,
-                error or 'the reflection workflow failed; the previous observations were kept',
-                record.id,
-                job.thread_id,
-                reason='not_smaller' if outcome == 'not_smaller' else 'error',
-            )
-            part = dataclasses.replace(failed, cycle_id=owner)
-        keep_background_parts(rt, job.record_key, [part])
 
     def observe_now(
         self, resource_id: str, thread_id: str, *, deadline: float | None = None, reflect: bool = True

@@ -375,6 +375,11 @@ class CycleParts:
         """Every part as `{type, data}`."""
         return [p.to_json() for p in self.items]
 
+    def made_here(self) -> list[JsonPart]:
+        """The parts this step, turn or job made itself, as `{type, data}`: not the ones background work kept for it
+        (`StoredPart`), which the worker or workflow that made them has counted already."""
+        return [p.to_json() for p in self.items if not isinstance(p, StoredPart)]
+
     def __iter__(self) -> Iterator[OMPart]:
         return iter(self.items)
 

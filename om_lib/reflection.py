@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -55,6 +55,7 @@ MIN_SYNC_REFLECTION_S = 2.0
 SIZE_REASONS = frozenset({'over_target', 'not_smaller'})
 # A workflow run's lease covers its tasks and the retries between them (5 + 10 + 20 s of backoff, model calls).
 WORKFLOW_LEASE_S = 300.0
+NOT_SMALLER_ERROR = 'no reflection was smaller than the observations it condenses; they were kept as they are'
 
 
 class ReflectionRejectedError(ModelOutputError):
@@ -463,6 +464,15 @@ class Reflection:
         )
         if leased is None:
             return {'due': False}
+        if job.reason != 'buffer':  # a buffered run is announced with buffering parts (the step's, then the tasks')
+            start = rt.start_part(
+                Cycle(owner, rt.clock.now(), rt.clock.monotonic()),
+                'reflection',
+                leased.observation_tokens,
+                leased.id,
+                job.thread_id,
+            )
+            finish_background(rt, leased, name, None, start)
         return {'due': True, 'generation': leased.generation, 'inputTokens': leased.observation_tokens}
 
     def stage(self, job: Job, owner: str, *, deadline: float | None = None) -> dict[str, Any]:
@@ -493,24 +503,14 @@ class Reflection:
                 )
         except refl.ReflectionNotSmallerError as exc:
             released = rt.writer.release_lease(record, name, owner, reflection_stalled_at_tokens=tokens)
-            if job.reason == 'buffer':
-                failed = self._buffering_failed(job, released, cycle, input_tokens, str(exc), 'not_smaller')
-                finish_background(rt, released, name, None, failed)
-                rt.remember_failures(job.resource_id, job.thread_id, [failed])
+            error = str(exc) if job.reason == 'buffer' else NOT_SMALLER_ERROR
+            self._run_failed(job, owner, released, cycle, input_tokens, error, 'not_smaller')
             return {'outcome': 'not_smaller', 'inputTokens': input_tokens}
         except refl.InvalidReflectionError as exc:
             # The model's answer would have replaced memory with something that is not an observation log: keep the
             # current generation, back off, and tell the next step why.
             released = rt.writer.release_lease(record, name, owner, **self._backoff(record))
-            outcome: BufferingFailed | ObservationFailed
-            if job.reason == 'buffer':
-                outcome = self._buffering_failed(job, released, cycle, input_tokens, str(exc), 'invalid_reflection')
-            else:
-                outcome = rt.failed_part(
-                    cycle, 'reflection', input_tokens, exc, released.id, job.thread_id, reason='invalid_reflection'
-                )
-            finish_background(rt, released, name, None, outcome)
-            rt.remember_failures(job.resource_id, job.thread_id, [outcome])
+            self._run_failed(job, owner, released, cycle, input_tokens, str(exc), 'invalid_reflection')
             return {'outcome': 'invalid_reflection', 'inputTokens': input_tokens, 'error': str(exc)}
         ended = None
         if job.reason == 'buffer':
@@ -576,7 +576,24 @@ class Reflection:
         committed = self.commit_generation(record, owner, _merge_staged)
         if committed is None:
             raise ReflectionRejectedError('the record changed generation or lease before commit')
-        return {'outcome': 'committed', 'generation': committed.generation, 'tokens': committed.observation_tokens}
+        ended = ObservationEnd(
+            cycle_id=owner,
+            operation_type='reflection',
+            completed_at=rt.clock.now(),
+            duration_ms=0,  # the tasks run in separate invocations; the execution's history has the timings
+            tokens_observed=record.buffered_reflection_input_tokens or 0,
+            observation_tokens=committed.observation_tokens,
+            observations=committed.active_observations,
+            record_id=committed.id,
+            thread_id=job.thread_id,
+        )
+        finish_background(rt, committed, workflow_lease(job), None, ended)
+        return {
+            'outcome': 'committed',
+            'generation': committed.generation,
+            'inputTokens': ended.tokens_observed,
+            'tokens': committed.observation_tokens,
+        }
 
     def release(self, job: Job, owner: str) -> dict[str, Any]:
         """The failure path: drop the staged result and the lease; the old observations stay as they were."""
@@ -597,15 +614,12 @@ class Reflection:
             buffered_reflection_cycle_id=None,
             **self._backoff(record),
         )
-        if job.reason == 'buffer' and held is not None and held.owner == owner:
-            error = 'the background reflection failed; past reflection.blockAfter a step reflects synchronously'
-            failed = self._buffering_failed(job, released, None, released.observation_tokens, error)
-            finish_background(rt, released, name, None, failed)
-            rt.remember_failures(job.resource_id, job.thread_id, [failed])
-        elif held is not None and held.owner == owner:
-            error = 'the reflection workflow failed (the model, after its retries); the log is kept as it was'
-            failure = rt.failed_part(None, 'reflection', released.observation_tokens, error, released.id, job.thread_id)
-            rt.remember_failures(job.resource_id, job.thread_id, [failure])
+        if held is not None and held.owner == owner:
+            if job.reason == 'buffer':
+                error = 'the background reflection failed; past reflection.blockAfter a step reflects synchronously'
+            else:
+                error = 'the reflection workflow failed; the previous observations were kept'
+            self._run_failed(job, owner, released, None, released.observation_tokens, error, 'error')
         return {'released': True}
 
     def run_in_process(self, job: Job, deadline: float) -> None:
@@ -628,6 +642,28 @@ class Reflection:
         failures = (record.reflection_failures or 0) + 1
         wait = min(REFLECTION_RETRY_MAX, REFLECTION_RETRY_BASE * 2 ** min(failures - 1, 16))
         return {'reflection_failures': failures, 'reflection_retry_at': self.rt.clock.now() + wait}
+
+    def _run_failed(
+        self,
+        job: Job,
+        owner: str,
+        record: OMRecord,
+        cycle: Cycle | None,
+        tokens: int,
+        error: str,
+        reason: FailureReason,
+    ) -> None:
+        """A workflow run failed: keep its failed part for the client's next step (a buffered run's under the step's
+        cycle id, a run's own under the execution's name, its start's cycle) and remember it for `recentFailures`."""
+        rt = self.rt
+        failed: BufferingFailed | ObservationFailed
+        if job.reason == 'buffer':
+            failed = self._buffering_failed(job, record, cycle, tokens, error, reason)
+        else:
+            failed = rt.failed_part(cycle, 'reflection', tokens, error, record.id, job.thread_id, reason=reason)
+            failed = replace(failed, cycle_id=owner)
+        finish_background(rt, record, workflow_lease(job), None, failed)
+        rt.remember_failures(job.resource_id, job.thread_id, [failed])
 
     def _buffering_failed(
         self,

@@ -51,13 +51,11 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-def parse(text: str | bytes | bytearray) -> Any:
-    """`text` as JSON, or ApiError 400 `invalid_json` naming what is wrong (and where, when it is known)."""
-    if isinstance(text, bytes | bytearray):
-        try:
-            text = bytes(text).decode('utf-8')
-        except UnicodeDecodeError as exc:
-            raise invalid_json('it is not UTF-8 encoded', kind='json_encoding') from exc
+def parse(text: str) -> Any:
+    """`text` as JSON, or ApiError 400 `invalid_json` naming what is wrong (and where, when it is known).
+
+    `text` is the admitted body: `edge.admit` has undone base64 and refused what is not UTF-8 already.
+    """
     try:
         value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_bounded_int)
     except json.JSONDecodeError as exc:

@@ -113,7 +113,7 @@ def post_steps(threadId: ThreadId, body: Annotated[StepsIn, Body()]) -> Response
     )
     metrics.add_metric(name='StepLatencyMs', unit=MetricUnit.Milliseconds, value=(time.perf_counter() - started) * 1e3)
     parts = step.parts.to_json()
-    record_parts_metrics(parts)
+    record_parts_metrics(step.parts.made_here())
     logger.info(
         'step',
         extra={
@@ -147,7 +147,7 @@ def post_turns(threadId: ThreadId, body: Annotated[TurnsIn, Body()]) -> Response
     now = service.now()
     turn = service.turn(body.resource_id, threadId, [m.to_message(now) for m in body.messages])
     parts = turn.parts.to_json()
-    record_parts_metrics(parts)
+    record_parts_metrics(turn.parts.made_here())
     logger.info('turn', extra={'thread_id': threadId, 'saved': len(turn.saved), 'scheduled': turn.scheduled})
     return json_response({'saved': [m.id for m in turn.saved], 'parts': parts})
 
@@ -167,7 +167,7 @@ def post_chat(threadId: ThreadId, body: Annotated[ChatIn, Body()]) -> Response[A
     service = _wiring.service()
     result = service.chat(body.resource_id, threadId, body.user_message(service.now()), read_only=body.read_only)
     parts = result.parts.to_json()
-    record_parts_metrics(parts)
+    record_parts_metrics(result.parts.made_here())
     metrics.add_metric(name='ModelCalls', unit=MetricUnit.Count, value=result.actor_calls)
     logger.info('chat', extra={'thread_id': threadId, 'replied': result.reply is not None})
     return json_response({'reply': message_json(result.reply) if result.reply is not None else None, 'parts': parts})

@@ -76,9 +76,23 @@ def test_strict_json_keeps_what_is_json():
     deep = '[' * 32 + ']' * 32
     assert parse(deep) is not None
     assert parse('{"a": 1e308, "b": -0.5, "c": "\\ud83d\\ude42", "d": 1' + '0' * 300 + '}')['c'] == '🙂'
-    assert parse(b'{"a": "\xc3\xbc"}') == {'a': 'ü'}
-    with pytest.raises(ApiError, match='not UTF-8'):
-        parse(b'{"a": "\xff"}')
+
+
+def test_a_body_is_admitted_as_utf8_text_or_refused_before_it_is_parsed():
+    import base64
+    import json
+
+    from functions.api.edge import admit
+
+    def sent(raw: bytes) -> dict:
+        return {'path': '/health', 'body': base64.b64encode(raw).decode(), 'isBase64Encoded': True, 'headers': {}}
+
+    refusal, admitted = admit(sent(b'{"a": "\xc3\xbc"}'))
+    assert refusal is None and admitted['isBase64Encoded'] is False
+    assert parse(admitted['body']) == {'a': 'ü'}
+    refusal, _ = admit(sent(b'{"a": "\xff"}'))
+    assert refusal is not None and refusal['statusCode'] == 400
+    assert 'not UTF-8' in json.loads(refusal['body'])['error']['message']
 
 
 def test_the_readme_documents_every_limit():

@@ -643,6 +643,21 @@ def test_the_reflection_workflow_outcome_reaches_the_next_step_once():
     assert not [p for p in h.step(h.user('again')).parts.to_json() if p['data'].get('cycleId') == 'exec-7']
 
 
+def test_a_workflow_run_that_cannot_shrink_the_log_reaches_the_next_step_and_recent_failures():
+    h = Harness(config(message_tokens=50, observation_tokens=40))
+    with_work(h)
+    job = over_the_reflection_threshold(h, LONG_OBS)
+    h.model.script('reflector', *[LONG_OBS + '\n* extra line'] * 4)  # never smaller than its input
+    assert h.engine.workflow_check(job, 'exec-9')['due']
+    assert h.engine.workflow_reflect(job, 'exec-9')['outcome'] == 'not_smaller'
+    parts = h.step(h.user('hello')).parts.to_json()
+    cycle = [(p['type'], p['data'].get('reason')) for p in parts if p['data'].get('cycleId') == 'exec-9']
+    assert cycle == [('data-om-observation-start', None), ('data-om-observation-failed', 'not_smaller')]
+    failures = h.engine.memory_view('r1', 't1')['recentFailures']
+    assert [(f['operationType'], f['reason']) for f in failures] == [('reflection', 'not_smaller')]
+    assert h.record().generation == 0
+
+
 def test_a_failed_workflow_run_and_a_worker_observation_reach_the_next_step_once():
     h = Harness(config(message_tokens=50, observation_tokens=40))
     work = with_work(h)
@@ -658,7 +673,11 @@ def test_a_failed_workflow_run_and_a_worker_observation_reach_the_next_step_once
     h.model.script('observer', OBS_B)
     h.engine.complete_turn('r1', 't1', [h.assistant(words(80))])
     h.engine.run_job(next(j for j in work.jobs if j.kind == 'observe'))
-    parts = h.step(h.user('hi')).parts.to_json()
+    step = h.step(h.user('hi'))
+    parts = step.parts.to_json()
+    # What the step delivers was counted where it was made: the step's metrics see only its own parts
+    own = step.parts.made_here()
+    assert own and not [p for p in own if p['data'].get('cycleId') == 'exec-8' or p['type'].endswith('-end')]
     failed = [p['data'] for p in parts if p['type'] == 'data-om-observation-failed']
     failed = [f for f in failed if f['cycleId'] == 'exec-8']
     assert [(f['operationType'], f['reason']) for f in failed] == [('reflection', 'error')]

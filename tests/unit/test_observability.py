@@ -79,12 +79,20 @@ def test_completed_cycles_are_split_into_observation_and_reflection_tokens() -> 
 @pytest.mark.parametrize(
     ('task', 'result', 'error', 'expected'),
     [
-        ('release', {'released': True}, 'ModelThrottledError', ('ReflectionFailures', 'error')),
-        ('release', {'released': True}, 'States.Timeout', ('ReflectionFailures', 'timeout')),
-        ('release', {'released': True}, 'ReflectionRejectedError', ('ReflectionFailures', 'rejected')),
-        ('reflect', {'outcome': 'not_smaller'}, None, ('ReflectionFailures', 'not_smaller')),
-        ('commit', {'outcome': 'committed'}, None, ('ReflectionsCompleted', None)),
-        ('check', {'due': True}, None, None),
+        ('release', {'released': True}, 'ModelThrottledError', {('ReflectionFailures', 'error')}),
+        ('release', {'released': True}, 'States.Timeout', {('ReflectionFailures', 'timeout')}),
+        ('release', {'released': True}, 'ReflectionRejectedError', {('ReflectionFailures', 'rejected')}),
+        ('reflect', {'outcome': 'not_smaller'}, None, {('ReflectionFailures', 'not_smaller')}),
+        ('reflect', {'outcome': 'invalid_reflection'}, None, {('ReflectionFailures', 'invalid_reflection')}),
+        ('reflect', {'outcome': 'reflected'}, None, set()),
+        (
+            'commit',
+            {'outcome': 'committed', 'inputTokens': 500, 'tokens': 200},
+            None,
+            {('ReflectionsCompleted', None), ('ReflectionInputTokens', None), ('ReflectionOutputTokens', None)},
+        ),
+        ('check', {'due': True}, None, {('ModelCalls', None)}),
+        ('check', {'due': False}, None, set()),
     ],
 )
 def test_workflow_outcomes_are_counted(
@@ -92,12 +100,13 @@ def test_workflow_outcomes_are_counted(
 ) -> None:
     obs.record_workflow_metrics(task, result, error)
     docs = _emf_documents(capsys.readouterr().out)
-    if expected is None:
-        assert docs == []
-        return
-    (doc,) = docs
-    name, reason = expected
-    assert name in doc and doc.get('reason') == reason
+    found = set()
+    for doc in docs:
+        ((metric,),) = [d['Metrics'] for d in doc['_aws']['CloudWatchMetrics']]
+        found.add((metric['Name'], doc.get('reason')))
+        if metric['Name'] == 'ReflectionInputTokens':
+            assert doc['ReflectionInputTokens'] == [500.0]
+    assert found == expected
 
 
 def test_a_traced_handler_sends_its_subsegments_to_the_xray_daemon(tmp_path: Any) -> None:
