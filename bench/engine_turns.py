@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.sim import SimWork, run_workflow  # noqa: E402
+from bench.sim import SimWork, Wire, run_workflow  # noqa: E402
 from om_lib.adapters.gemini_model import GeminiLanguageModel  # noqa: E402
 from om_lib.adapters.memory_store import InMemoryStore  # noqa: E402
 from om_lib.adapters.tiktoken_counter import get_tokenizer  # noqa: E402
@@ -153,29 +153,6 @@ class TimedGemini(GeminiLanguageModel):
         finally:
             self.total_s += time.perf_counter() - started
             self.calls += 1
-
-
-class Wire:
-    """Time spent in the HTTP transport under the google-genai client (the round trip to the server)."""
-
-    def __init__(self) -> None:
-        self.total_s = 0.0
-
-    def install(self) -> None:
-        import httpx2  # the google-genai client's HTTP library
-
-        transport = httpx2.HTTPTransport
-        original = transport.handle_request
-        wire = self
-
-        def timed(self: Any, request: Any) -> Any:
-            started = time.perf_counter()
-            response = original(self, request)
-            response.read()
-            wire.total_s += time.perf_counter() - started
-            return response
-
-        transport.handle_request = timed  # type: ignore[method-assign]
 
 
 class InlineWork:
@@ -323,7 +300,7 @@ def main() -> None:
 
     print('\n1. engine time per chat turn (in-process, google-genai against the fake Gemini; adapter time excluded)')
     wire = Wire()
-    wire.install()
+    wire.install_httpx2()
     with FakeGemini(gemini_handler) as server:
         # Warm up: import the SDK and open a connection once, so no mode pays for it.
         warm = GeminiLanguageModel(api_key='bench', base_url=server.url)

@@ -22,10 +22,10 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.sim import Wire  # noqa: E402
 from om_lib.adapters.bedrock_model import BedrockLanguageModel  # noqa: E402
 from om_lib.adapters.gemini_model import GeminiLanguageModel  # noqa: E402
 from om_lib.adapters.openai_model import OpenAILanguageModel  # noqa: E402
@@ -75,42 +75,6 @@ def actor_request() -> ModelRequest:
     turns.append(Content('model', (FunctionCall('recall', {'query': 'lisbon', 'mode': 'search'}, id='call_1'),)))
     turns.append(Content('user', (FunctionResponse('recall', {'results': 'moving in May ' * 40}, id='call_1'),)))
     return ModelRequest('actor', 'You are helpful.\n\n' + OBSERVATIONS, tuple(turns), tools=TOOLS)
-
-
-class Wire:
-    """Seconds spent in the transports (request sent, answer read in full)."""
-
-    def __init__(self) -> None:
-        self.total_s = 0.0
-
-    def install_httpx2(self) -> None:
-        import httpx2  # google-genai's and openai's HTTP library
-
-        original = httpx2.HTTPTransport.handle_request
-        wire = self
-
-        def timed(transport: Any, request: Any) -> Any:
-            started = time.perf_counter()
-            response = original(transport, request)
-            response.read()
-            wire.total_s += time.perf_counter() - started
-            return response
-
-        httpx2.HTTPTransport.handle_request = timed  # type: ignore[method-assign]
-
-    def install_botocore(self, client: Any) -> None:
-        session = client._endpoint.http_session
-        original = session.send
-        wire = self
-
-        def timed(request: Any) -> Any:
-            started = time.perf_counter()
-            response = original(request)
-            _ = response.content  # botocore reads the body later; read it here so the wire time includes it
-            wire.total_s += time.perf_counter() - started
-            return response
-
-        session.send = timed
 
 
 def measure(

@@ -3,13 +3,15 @@
 `SimWork` is the work queue's consumer on a simulated clock: one worker for a thread's FIFO group, jobs run in
 order, each starting when the previous one is done; a job whose model call failed can come back later, as SQS
 redelivers it (`delay_redelivery`'s schedule). `run_workflow` runs the reflection workflow's tasks as the Step
-Functions state machine does.
+Functions state machine does. `Wire` times the HTTP transports under the real model clients.
 """
 
 from __future__ import annotations
 
 import heapq
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from om_lib.adapters.aws_work import retry_delay_s
 from om_lib.clock import ManualClock
@@ -80,3 +82,39 @@ class SimWork:
             if failed and self.redeliver_failed:
                 self._push(self.clock.monotonic() + retry_delay_s(event.receives), event.job, event.receives + 1)
         self.clock.advance(max(0.0, until - self.clock.monotonic()))
+
+
+class Wire:
+    """Seconds spent in the transports (request sent, answer read in full)."""
+
+    def __init__(self) -> None:
+        self.total_s = 0.0
+
+    def install_httpx2(self) -> None:
+        import httpx2  # google-genai's and openai's HTTP library
+
+        original = httpx2.HTTPTransport.handle_request
+        wire = self
+
+        def timed(transport: Any, request: Any) -> Any:
+            started = time.perf_counter()
+            response = original(transport, request)
+            response.read()
+            wire.total_s += time.perf_counter() - started
+            return response
+
+        httpx2.HTTPTransport.handle_request = timed  # type: ignore[method-assign]
+
+    def install_botocore(self, client: Any) -> None:
+        session = client._endpoint.http_session
+        original = session.send
+        wire = self
+
+        def timed(request: Any) -> Any:
+            started = time.perf_counter()
+            response = original(request)
+            _ = response.content  # botocore reads the body later; read it here so the wire time includes it
+            wire.total_s += time.perf_counter() - started
+            return response
+
+        session.send = timed

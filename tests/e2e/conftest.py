@@ -174,6 +174,28 @@ class Api:
         return self.request('DELETE', path)
 
 
+class Storage:
+    """Everything the stack has stored: every table item and every bucket object (with its ETag)."""
+
+    def __init__(self, stack: LocalStack) -> None:
+        self.ddb = stack.client('dynamodb')
+        self.s3 = stack.client('s3')
+        self.names = stack.names
+
+    def snapshot(self) -> tuple[list[str], list[str]]:
+        items = [
+            json.dumps(item, sort_keys=True)
+            for page in self.ddb.get_paginator('scan').paginate(TableName=self.names.table, ConsistentRead=True)
+            for item in page['Items']
+        ]
+        objects = [
+            f'{o["Key"]} {o["ETag"]}'
+            for page in self.s3.get_paginator('list_objects_v2').paginate(Bucket=self.names.bucket)
+            for o in page.get('Contents', [])
+        ]
+        return sorted(items), sorted(objects)
+
+
 @pytest.fixture(scope='module')
 def api(stack) -> Api:
     return Api(stack.url)

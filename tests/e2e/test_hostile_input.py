@@ -18,7 +18,7 @@ import pytest
 
 from functions.api import limits
 from om_cli.local_stack import LocalStack
-from tests.e2e.conftest import Api, running_stack
+from tests.e2e.conftest import Api, Storage, running_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -38,28 +38,6 @@ def stack(gemini) -> Iterator[LocalStack]:
     server, _ = gemini
     with running_stack(server, CONFIG) as running:
         yield running
-
-
-class Storage:
-    """Everything the stack has stored: every table item and every bucket object (with its ETag)."""
-
-    def __init__(self, stack: LocalStack) -> None:
-        self.ddb = stack.client('dynamodb')
-        self.s3 = stack.client('s3')
-        self.names = stack.names
-
-    def snapshot(self) -> tuple[list[str], list[str]]:
-        items = [
-            json.dumps(item, sort_keys=True)
-            for page in self.ddb.get_paginator('scan').paginate(TableName=self.names.table, ConsistentRead=True)
-            for item in page['Items']
-        ]
-        objects = [
-            f'{o["Key"]} {o["ETag"]}'
-            for page in self.s3.get_paginator('list_objects_v2').paginate(Bucket=self.names.bucket)
-            for o in page.get('Contents', [])
-        ]
-        return sorted(items), sorted(objects)
 
 
 @pytest.fixture(scope='module')

@@ -8,7 +8,6 @@ outage makes steps fast (the circuit breaker) instead of slow.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
@@ -21,8 +20,8 @@ import pytest
 from functions import _wiring
 from om_cli.local_stack import LocalStack
 from om_lib.records import Lease
-from tests.e2e.conftest import Api
-from tests.fakes.fake_gemini import FakeGemini, FakeReply, FakeRequest, fake_gemini_env
+from tests.e2e.conftest import Api, running_stack
+from tests.fakes.fake_gemini import FakeGemini, FakeReply, FakeRequest
 
 pytestmark = pytest.mark.e2e
 
@@ -84,17 +83,8 @@ def models() -> Iterator[tuple[FakeGemini, Models]]:
 
 @pytest.fixture(scope='module')
 def stack(models) -> Iterator[LocalStack]:
-    server, _ = models
-    for name in ('AWS_ENDPOINT_URL', 'GOOGLE_API_KEY'):
-        if os.environ.get(name):
-            pytest.skip(f'{name} is set; the e2e stack needs the embedded emulator and the fake Gemini only')
-    env = {
-        **fake_gemini_env(server),
-        'POWERTOOLS_LOG_LEVEL': 'ERROR',
-        'POWERTOOLS_METRICS_DISABLED': 'true',
-        'OM_LEASE_TTL_S': str(LEASE_TTL_S),
-    }
-    with LocalStack(port=0, config=CONFIG, env=env, sweep_interval_s=None, visibility_timeout_s=2) as running:
+    env = {'POWERTOOLS_LOG_LEVEL': 'ERROR', 'OM_LEASE_TTL_S': str(LEASE_TTL_S)}
+    with running_stack(models[0], CONFIG, env) as running:
         yield running
 
 

@@ -7,7 +7,6 @@ against the fake Gemini.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -17,8 +16,8 @@ import pytest
 from functions import _wiring
 from om_cli.local_stack import LocalStack
 from om_lib.errors import ConfigError
-from tests.e2e.conftest import Api, wait_for
-from tests.fakes.fake_gemini import FakeGemini, FakeReply, FakeRequest, fake_gemini_env
+from tests.e2e.conftest import Api, running_stack, wait_for
+from tests.fakes.fake_gemini import FakeGemini, FakeReply, FakeRequest
 
 pytestmark = pytest.mark.e2e
 
@@ -94,12 +93,7 @@ def wm_gemini() -> Iterator[tuple[FakeGemini, Gemini]]:
 
 @pytest.fixture(scope='module')
 def wm_api(wm_gemini) -> Iterator[Api]:
-    server, _ = wm_gemini
-    for name in ('AWS_ENDPOINT_URL', 'GOOGLE_API_KEY'):
-        if os.environ.get(name):
-            pytest.skip(f'{name} is set; the e2e stack needs the embedded emulator and the fake Gemini only')
-    env = {**fake_gemini_env(server), 'POWERTOOLS_LOG_LEVEL': 'WARNING', 'POWERTOOLS_METRICS_DISABLED': 'true'}
-    with LocalStack(port=0, config=CONFIG, env=env, sweep_interval_s=None, visibility_timeout_s=2) as running:
+    with running_stack(wm_gemini[0], CONFIG) as running:
         yield Api(running.url)
 
 

@@ -14,10 +14,11 @@ import pytest
 os.environ.setdefault('JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION', '20')
 
 from infra.app import build_app  # noqa: E402 - after the environment above; importing it puts node on PATH
-from infra.constants import REPO_ROOT  # noqa: E402
+from infra.constants import REPO_ROOT, FunctionSpec  # noqa: E402
 from infra.om_stack import OmStack  # noqa: E402
 
 Synth = Callable[..., tuple[OmStack, Any]]
+Resources = dict[str, dict[str, Any]]
 
 # Tests synthesise from source only (no wheels): fast, and the template is the same apart from the asset hash.
 FAST = {'omAssetMode': 'source'}
@@ -43,7 +44,7 @@ def template(default_stack: tuple[OmStack, Any]) -> Any:
 
 
 @pytest.fixture(scope='session')
-def resources(template: Any) -> dict[str, dict[str, Any]]:
+def resources(template: Any) -> Resources:
     """The synthesised template's resources (logical id → resource)."""
     return template.to_json()['Resources']
 
@@ -69,7 +70,7 @@ def variant_stack() -> tuple[OmStack, Any]:
 
 
 @pytest.fixture(scope='session')
-def variant(variant_stack: tuple[OmStack, Any]) -> dict[str, dict[str, Any]]:
+def variant(variant_stack: tuple[OmStack, Any]) -> Resources:
     """The variant stack's resources."""
     return variant_stack[1].to_json()['Resources']
 
@@ -104,3 +105,32 @@ def assert_nag_clean_and_listed_in_readme(outdir: Path) -> None:
         if finding:
             listed = _FOUNDATION_MODEL.sub(r'\1<model>', finding.rstrip(']'))
             assert any(f'`{listed}`' in line for line in lines), (base, where, finding)
+
+
+# ---- reading a synthesised template ---------------------------------------------------------------------------------
+
+
+def of_type(resources: Resources, kind: str) -> dict[str, dict[str, Any]]:
+    """The properties of every `kind` resource, by logical id."""
+    return {key: r['Properties'] for key, r in resources.items() if r['Type'] == kind}
+
+
+def as_list(value: Any) -> list[Any]:
+    """A policy statement's `Action` or `Resource` as a list (the template writes a lone one bare)."""
+    return value if isinstance(value, list) else [value]
+
+
+def role_of(resources: Resources, spec: FunctionSpec) -> str:
+    """The logical id of the role of the function `spec`."""
+    (function,) = [f for f in of_type(resources, 'AWS::Lambda::Function').values() if f['Handler'] == spec.handler]
+    return str(function['Role']['Fn::GetAtt'][0])
+
+
+def role_statements(resources: Resources, role: str) -> list[dict[str, Any]]:
+    """Every statement of the IAM policies attached to `role`."""
+    return [
+        statement
+        for policy in of_type(resources, 'AWS::IAM::Policy').values()
+        if {'Ref': role} in policy['Roles']
+        for statement in policy['PolicyDocument']['Statement']
+    ]

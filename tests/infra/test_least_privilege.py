@@ -20,8 +20,8 @@ import pytest
 from infra.constants import ALL_FUNCTIONS, FunctionSpec
 from om_cli.metering import AwsMeter
 from tests.fakes.fake_gemini import FakeGemini, FakeReply, FakeRequest
+from tests.infra.conftest import Resources, of_type, role_of, role_statements
 
-Resources = dict[str, dict[str, Any]]
 # Small thresholds, buffering on: steps buffer in the worker, observations activate, reflections run the workflow.
 CONFIG = {
     'model': 'default',
@@ -153,21 +153,6 @@ def _sweep_an_hour_later(stack: Any) -> None:
         runtime.clock = clock
 
 
-def _role_statements(resources: Resources, spec: FunctionSpec) -> list[dict[str, Any]]:
-    (function,) = [
-        f['Properties']
-        for f in resources.values()
-        if f['Type'] == 'AWS::Lambda::Function' and f['Properties'].get('Handler') == spec.handler
-    ]
-    role = function['Role']['Fn::GetAtt'][0]
-    return [
-        statement
-        for r in resources.values()
-        if r['Type'] == 'AWS::IAM::Policy' and {'Ref': role} in r['Properties']['Roles']
-        for statement in r['Properties']['PolicyDocument']['Statement']
-    ]
-
-
 def _grants(statements: list[dict[str, Any]], action: str) -> list[str]:
     """The resources (as JSON text) of the statements allowing `action`."""
     return [
@@ -177,14 +162,9 @@ def _grants(statements: list[dict[str, Any]], action: str) -> list[str]:
     ]
 
 
-def _key_services(resources: Resources, spec: FunctionSpec) -> set[str]:
-    (function,) = [
-        f['Properties']
-        for f in resources.values()
-        if f['Type'] == 'AWS::Lambda::Function' and f['Properties'].get('Handler') == spec.handler
-    ]
-    role = function['Role']['Fn::GetAtt'][0]
-    (key,) = [r['Properties'] for r in resources.values() if r['Type'] == 'AWS::KMS::Key']
+def _key_services(resources: Resources, role: str) -> set[str]:
+    """The services through which `role` may use the stack's key (its key policy statements' kms:ViaService)."""
+    (key,) = of_type(resources, 'AWS::KMS::Key').values()
     services: set[str] = set()
     for statement in key['KeyPolicy']['Statement']:
         if statement['Principal'].get('AWS') == {'Fn::GetAtt': [role, 'Arn']}:
@@ -204,9 +184,12 @@ def test_the_conversation_exercised_every_function(observed: dict[str, set[tuple
 def test_every_call_a_function_makes_is_allowed_to_its_role(
     observed: dict[str, set[tuple[str, str]]], resources: Resources, spec: FunctionSpec
 ) -> None:
-    statements = _role_statements(resources, spec)
-    key_services = _key_services(resources, spec)
-    for action, resource in sorted(observed.get(FUNCTION_OF_SPEC[spec.construct_id], set())):
+    role = role_of(resources, spec)
+    statements = role_statements(resources, role)
+    key_services = _key_services(resources, role)
+    calls = observed.get(FUNCTION_OF_SPEC[spec.construct_id])
+    assert calls, f'the conversation made no AWS call from {spec.construct_id}: nothing was checked'
+    for action, resource in sorted(calls):
         grants = _grants(statements, action)
         assert grants, f'{spec.construct_id} calls {action} on {resource} but its role does not allow it'
         service = action.split(':')[0]

@@ -21,49 +21,27 @@ from infra.constants import (
 )
 from infra.constructs.model_access import configured_models, providers_for
 from om_lib.config import OMConfig
+from tests.infra.conftest import Resources, as_list, of_type, role_of, role_statements
 
-Resources = dict[str, dict[str, Any]]
 USE_ACTIONS = {'kms:Decrypt', 'kms:Encrypt', 'kms:GenerateDataKey', 'kms:CreateGrant', 'kms:ReEncryptFrom'}
 
 
-def _of_type(resources: Resources, kind: str) -> dict[str, dict[str, Any]]:
-    return {key: r['Properties'] for key, r in resources.items() if r['Type'] == kind}
-
-
 def _one(resources: Resources, kind: str) -> str:
-    (key,) = _of_type(resources, kind)
+    (key,) = of_type(resources, kind)
     return key
-
-
-def _as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
-def _role_of(resources: Resources, spec: FunctionSpec) -> str:
-    (function,) = [f for f in _of_type(resources, 'AWS::Lambda::Function').values() if f['Handler'] == spec.handler]
-    return str(function['Role']['Fn::GetAtt'][0])
-
-
-def _role_statements(resources: Resources, role: str) -> list[dict[str, Any]]:
-    return [
-        statement
-        for policy in _of_type(resources, 'AWS::IAM::Policy').values()
-        if {'Ref': role} in policy['Roles']
-        for statement in policy['PolicyDocument']['Statement']
-    ]
 
 
 def _allowed(resources: Resources, spec: FunctionSpec) -> set[str]:
     return {
         action
-        for s in _role_statements(resources, _role_of(resources, spec))
+        for s in role_statements(resources, role_of(resources, spec))
         if s['Effect'] == 'Allow'
-        for action in _as_list(s['Action'])
+        for action in as_list(s['Action'])
     }
 
 
 def _key_statements(resources: Resources) -> list[dict[str, Any]]:
-    (key,) = _of_type(resources, 'AWS::KMS::Key').values()
+    (key,) = of_type(resources, 'AWS::KMS::Key').values()
     return list(key['KeyPolicy']['Statement'])
 
 
@@ -113,14 +91,14 @@ def test_the_sweeper_cannot_read_the_model_key_nor_write_the_bucket(resources: R
     assert 'secretsmanager:GetSecretValue' not in allowed
     assert not {'s3:PutObject', 's3:DeleteObject', 's3:ListBucket'} & allowed
     assert not {'dynamodb:PutItem', 'dynamodb:DeleteItem', 'dynamodb:BatchWriteItem'} & allowed
-    sweeper = _role_of(resources, SWEEPER_FUNCTION)
+    sweeper = role_of(resources, SWEEPER_FUNCTION)
     key_use = [s for s in _key_statements(resources) if _principal_is_role(s, sweeper)]
     assert not any('secretsmanager' in _via(s) for s in key_use)
     (bucket_use,) = [s for s in key_use if _via(s) == {'s3'}]
-    assert _as_list(bucket_use['Action']) == ['kms:Decrypt']  # reads objects, never encrypts one
+    assert as_list(bucket_use['Action']) == ['kms:Decrypt']  # reads objects, never encrypts one
     env = next(
         f['Environment']['Variables']
-        for f in _of_type(resources, 'AWS::Lambda::Function').values()
+        for f in of_type(resources, 'AWS::Lambda::Function').values()
         if f['Handler'] == SWEEPER_FUNCTION.handler
     )
     assert 'OM_GEMINI_SECRET_ARN' not in env
@@ -137,7 +115,7 @@ def test_table_grants_name_each_index_and_the_attention_index_is_the_sweepers(re
     table = _one(resources, 'AWS::DynamoDB::GlobalTable')
     for spec in ALL_FUNCTIONS:
         (grant,) = [
-            s for s in _role_statements(resources, _role_of(resources, spec)) if 'dynamodb:GetItem' in s['Action']
+            s for s in role_statements(resources, role_of(resources, spec)) if 'dynamodb:GetItem' in s['Action']
         ]
         indexes = {json.dumps(r).rsplit('/index/', 1)[1].split('"')[0] for r in grant['Resource'][1:]}
         assert grant['Resource'][0] == {'Fn::GetAtt': [table, 'Arn']}
@@ -155,13 +133,13 @@ def test_no_policy_statement_allows_a_wildcard_action_and_star_resources_are_onl
         if statement['Effect'] != 'Allow':
             continue
         checked += 1
-        for action in _as_list(statement['Action']):
+        for action in as_list(statement['Action']):
             assert '*' not in action, (key, statement)
     assert checked > 20
     for spec in ALL_FUNCTIONS:
-        for statement in _role_statements(resources, _role_of(resources, spec)):
+        for statement in role_statements(resources, role_of(resources, spec)):
             if statement['Resource'] == '*':
-                assert set(_as_list(statement['Action'])) == set(XRAY_ACTIONS), (spec.construct_id, statement)
+                assert set(as_list(statement['Action'])) == set(XRAY_ACTIONS), (spec.construct_id, statement)
 
 
 def test_model_grants_follow_the_configured_providers() -> None:
@@ -182,13 +160,13 @@ def test_model_grants_follow_the_configured_providers() -> None:
 
 def test_an_offline_only_configuration_creates_no_secret_and_grants_none(variant: Resources) -> None:
     # The variant stack runs every role offline (see conftest): nothing calls Gemini, so there is no secret at all.
-    assert not _of_type(variant, 'AWS::SecretsManager::Secret')
-    ours = [f for f in _of_type(variant, 'AWS::Lambda::Function').values() if f['Handler'].startswith('functions.')]
+    assert not of_type(variant, 'AWS::SecretsManager::Secret')
+    ours = [f for f in of_type(variant, 'AWS::Lambda::Function').values() if f['Handler'].startswith('functions.')]
     assert len(ours) == len(ALL_FUNCTIONS)
     for function in ours:
         assert 'OM_GEMINI_SECRET_ARN' not in function['Environment']['Variables']
     assert not [
-        s for _, s in _all_policy_statements(variant) if 'secretsmanager:GetSecretValue' in _as_list(s['Action'])
+        s for _, s in _all_policy_statements(variant) if 'secretsmanager:GetSecretValue' in as_list(s['Action'])
     ]
 
 
@@ -200,28 +178,28 @@ def test_one_customer_managed_key_with_rotation_encrypts_everything_stored(templ
     arn = {'Fn::GetAtt': [key, 'Arn']}
     template.has_resource('AWS::KMS::Key', {'DeletionPolicy': 'Retain', 'UpdateReplacePolicy': 'Retain'})
     assert resources[key]['Properties']['EnableKeyRotation'] is True
-    (table,) = _of_type(resources, 'AWS::DynamoDB::GlobalTable').values()
+    (table,) = of_type(resources, 'AWS::DynamoDB::GlobalTable').values()
     assert table['SSESpecification'] == {'SSEEnabled': True, 'SSEType': 'KMS'}
     assert table['Replicas'][0]['SSESpecification'] == {'KMSMasterKeyId': arn}
-    (bucket,) = _of_type(resources, 'AWS::S3::Bucket').values()
+    (bucket,) = of_type(resources, 'AWS::S3::Bucket').values()
     (rule,) = bucket['BucketEncryption']['ServerSideEncryptionConfiguration']
     assert rule['ServerSideEncryptionByDefault'] == {'SSEAlgorithm': 'aws:kms', 'KMSMasterKeyID': arn}
-    queues = _of_type(resources, 'AWS::SQS::Queue')
+    queues = of_type(resources, 'AWS::SQS::Queue')
     assert len(queues) == 2 and all(q['KmsMasterKeyId'] == arn for q in queues.values())
-    log_groups = _of_type(resources, 'AWS::Logs::LogGroup')
+    log_groups = of_type(resources, 'AWS::Logs::LogGroup')
     # Four functions, the state machine's logs and the API's access logs.
     assert len(log_groups) == 6 and all(g['KmsKeyId'] == arn for g in log_groups.values())
-    (topic,) = _of_type(resources, 'AWS::SNS::Topic').values()
+    (topic,) = of_type(resources, 'AWS::SNS::Topic').values()
     assert topic['KmsMasterKeyId'] == arn
-    (secret,) = _of_type(resources, 'AWS::SecretsManager::Secret').values()
+    (secret,) = of_type(resources, 'AWS::SecretsManager::Secret').values()
     assert secret['KmsKeyId'] == arn
 
 
 def test_the_key_policy_lets_only_the_stacks_roles_and_cloudwatch_use_the_key(resources: Resources) -> None:
     statements = _key_statements(resources)
-    roles = {_role_of(resources, spec): spec for spec in ALL_FUNCTIONS}
+    roles = {role_of(resources, spec): spec for spec in ALL_FUNCTIONS}
     for statement in statements:
-        actions = set(_as_list(statement['Action']))
+        actions = set(as_list(statement['Action']))
         principal = statement['Principal']
         assert statement['Effect'] == 'Allow' and principal != '*' and principal.get('AWS') != '*', statement
         if statement['Sid'] == 'Administration':
@@ -248,7 +226,7 @@ def test_the_key_policy_lets_only_the_stacks_roles_and_cloudwatch_use_the_key(re
 def test_each_role_uses_the_key_only_through_the_services_it_calls(resources: Resources) -> None:
     statements = _key_statements(resources)
     for spec in ALL_FUNCTIONS:
-        role = _role_of(resources, spec)
+        role = role_of(resources, spec)
         services = set().union(*(_via(s) for s in statements if _principal_is_role(s, role)))
         access = spec.access
         expected = {'dynamodb', 's3'} | ({'sqs'} if access.sends_jobs or access.consumes_jobs else set())
@@ -267,7 +245,7 @@ def test_operators_named_in_context_may_put_the_model_key_and_redrive(variant: R
 
 def test_table_is_retained_with_deletion_protection_and_pitr(template: Any, resources: Resources) -> None:
     template.has_resource('AWS::DynamoDB::GlobalTable', {'DeletionPolicy': 'Retain', 'UpdateReplacePolicy': 'Retain'})
-    (table,) = _of_type(resources, 'AWS::DynamoDB::GlobalTable').values()
+    (table,) = of_type(resources, 'AWS::DynamoDB::GlobalTable').values()
     (replica,) = table['Replicas']
     assert replica['DeletionProtectionEnabled'] is True
     assert replica['PointInTimeRecoverySpecification'] == {'PointInTimeRecoveryEnabled': True}
@@ -275,14 +253,14 @@ def test_table_is_retained_with_deletion_protection_and_pitr(template: Any, reso
 
 def test_bucket_is_versioned_retained_and_refuses_other_encryption(template: Any, resources: Resources) -> None:
     template.has_resource('AWS::S3::Bucket', {'DeletionPolicy': 'Retain', 'UpdateReplacePolicy': 'Retain'})
-    (bucket,) = _of_type(resources, 'AWS::S3::Bucket').values()
+    (bucket,) = of_type(resources, 'AWS::S3::Bucket').values()
     assert bucket['VersioningConfiguration'] == {'Status': 'Enabled'}
     rules = {r['Id']: r for r in bucket['LifecycleConfiguration']['Rules']}
     assert rules['expire-noncurrent-versions']['NoncurrentVersionExpiration'] == {
         'NoncurrentDays': BUCKET_NONCURRENT_EXPIRY_DAYS
     }
     assert set(bucket['PublicAccessBlockConfiguration'].values()) == {True}
-    (policy,) = _of_type(resources, 'AWS::S3::BucketPolicy').values()
+    (policy,) = of_type(resources, 'AWS::S3::BucketPolicy').values()
     denies = [
         s for s in policy['PolicyDocument']['Statement'] if s['Effect'] == 'Deny' and s['Action'] == 's3:PutObject'
     ]
@@ -292,7 +270,7 @@ def test_bucket_is_versioned_retained_and_refuses_other_encryption(template: Any
 
 
 def test_log_groups_are_retained_by_default(template: Any, resources: Resources) -> None:
-    for key in _of_type(resources, 'AWS::Logs::LogGroup'):
+    for key in of_type(resources, 'AWS::Logs::LogGroup'):
         assert resources[key]['DeletionPolicy'] == 'Retain', key
 
 
@@ -300,10 +278,10 @@ def test_a_throwaway_stack_removes_everything_on_delete(variant_stack: Any, vari
     # Given -c removalPolicy=destroy: no deletion protection, Delete policies, the bucket emptied on delete.
     _stack, template = variant_stack
     template.has_resource('AWS::DynamoDB::GlobalTable', {'DeletionPolicy': 'Delete'})
-    (table,) = _of_type(variant, 'AWS::DynamoDB::GlobalTable').values()
+    (table,) = of_type(variant, 'AWS::DynamoDB::GlobalTable').values()
     assert table['Replicas'][0]['DeletionProtectionEnabled'] is False
     template.has_resource('AWS::S3::Bucket', {'DeletionPolicy': 'Delete'})
     template.has_resource('AWS::KMS::Key', {'DeletionPolicy': 'Delete'})
-    assert _of_type(variant, 'Custom::S3AutoDeleteObjects')
-    for key in _of_type(variant, 'AWS::Logs::LogGroup'):
+    assert of_type(variant, 'Custom::S3AutoDeleteObjects')
+    for key in of_type(variant, 'AWS::Logs::LogGroup'):
         assert variant[key]['DeletionPolicy'] == 'Delete'

@@ -27,13 +27,7 @@ from infra.constants import (
 from infra.constructs import ServiceFunction
 from om_lib.adapters import dynamodb_schema as schema
 from om_lib.errors import ConfigError
-from tests.infra.conftest import FAST, synth_stack
-
-Resources = dict[str, dict[str, Any]]
-
-
-def _of_type(resources: Resources, kind: str) -> dict[str, dict[str, Any]]:
-    return {key: r['Properties'] for key, r in resources.items() if r['Type'] == kind}
+from tests.infra.conftest import FAST, Resources, of_type, synth_stack
 
 
 def _ref(resources: Resources, kind: str, path: str) -> str:
@@ -56,7 +50,7 @@ def _statements(resources: Resources) -> list[dict[str, Any]]:
 
 
 def _functions(resources: Resources) -> dict[str, dict[str, Any]]:
-    return _of_type(resources, 'AWS::Lambda::Function')
+    return of_type(resources, 'AWS::Lambda::Function')
 
 
 # ---- storage -----------------------------------------------------------------------------------------------------
@@ -82,7 +76,7 @@ def test_table_has_pitr_encryption_ttl_and_the_schema_indexes(template: Any, res
         },
     )
     template.has_resource('AWS::DynamoDB::GlobalTable', {'DeletionPolicy': 'Retain', 'UpdateReplacePolicy': 'Retain'})
-    (table,) = _of_type(resources, 'AWS::DynamoDB::GlobalTable').values()
+    (table,) = of_type(resources, 'AWS::DynamoDB::GlobalTable').values()
     as_set = {(d['AttributeName'], d['AttributeType']) for d in table['AttributeDefinitions']}
     assert as_set == {(d['AttributeName'], d['AttributeType']) for d in schema.ATTRIBUTE_DEFINITIONS}
 
@@ -116,7 +110,7 @@ def test_bucket_is_private_encrypted_tls_only_with_lifecycle_rules(template: Any
             },
         },
     )
-    (policy,) = _of_type(resources, 'AWS::S3::BucketPolicy').values()
+    (policy,) = of_type(resources, 'AWS::S3::BucketPolicy').values()
     assert any(
         s['Effect'] == 'Deny' and s['Condition'] == {'Bool': {'aws:SecureTransport': 'false'}}
         for s in policy['PolicyDocument']['Statement']
@@ -127,7 +121,7 @@ def test_bucket_is_private_encrypted_tls_only_with_lifecycle_rules(template: Any
 
 
 def test_work_queue_is_encrypted_fifo_with_a_dead_letter_queue(resources: Resources) -> None:
-    queues = _of_type(resources, 'AWS::SQS::Queue')
+    queues = of_type(resources, 'AWS::SQS::Queue')
     assert len(queues) == 2
     dlq_id = _ref(resources, 'AWS::SQS::Queue', 'WorkQueueDeadLetterQueue')
     work = next(props for key, props in queues.items() if key != dlq_id)
@@ -137,12 +131,12 @@ def test_work_queue_is_encrypted_fifo_with_a_dead_letter_queue(resources: Resour
     assert all(q['KmsMasterKeyId'] == {'Fn::GetAtt': [key, 'Arn']} for q in queues.values())
     worker_timeout = next(f for f in ALL_FUNCTIONS if f.construct_id == 'BufferWorkerFunction').timeout_s
     assert work['VisibilityTimeout'] >= QUEUE_VISIBILITY_FACTOR * worker_timeout
-    for policy in _of_type(resources, 'AWS::SQS::QueuePolicy').values():  # TLS only
+    for policy in of_type(resources, 'AWS::SQS::QueuePolicy').values():  # TLS only
         assert policy['PolicyDocument']['Statement'][0]['Condition'] == {'Bool': {'aws:SecureTransport': 'false'}}
 
 
 def test_buffer_worker_alias_consumes_the_queue_reporting_batch_item_failures(resources: Resources) -> None:
-    (mapping,) = _of_type(resources, 'AWS::Lambda::EventSourceMapping').values()
+    (mapping,) = of_type(resources, 'AWS::Lambda::EventSourceMapping').values()
     assert mapping['FunctionResponseTypes'] == ['ReportBatchItemFailures']
     assert mapping['EventSourceArn'] == {'Fn::GetAtt': [_ref(resources, 'AWS::SQS::Queue', 'WorkQueue'), 'Arn']}
     # Through the alias (SnapStart runs published versions only).
@@ -154,7 +148,7 @@ def test_buffer_worker_alias_consumes_the_queue_reporting_batch_item_failures(re
 
 
 def test_state_machine_is_the_shared_asl_document_with_the_reflection_alias(resources: Resources) -> None:
-    (machine,) = _of_type(resources, 'AWS::StepFunctions::StateMachine').values()
+    (machine,) = of_type(resources, 'AWS::StepFunctions::StateMachine').values()
     definition = json.loads(machine['DefinitionString'])
     assert definition == json.loads(STATE_MACHINE_ASL.read_text(encoding='utf-8'))
     for task in ('Check', 'Reflect', 'Validate', 'Commit'):
@@ -166,7 +160,7 @@ def test_state_machine_is_the_shared_asl_document_with_the_reflection_alias(reso
 
 
 def test_schedule_runs_the_sweeper_alias(resources: Resources) -> None:
-    (schedule,) = _of_type(resources, 'AWS::Scheduler::Schedule').values()
+    (schedule,) = of_type(resources, 'AWS::Scheduler::Schedule').values()
     assert schedule['ScheduleExpression'].startswith('rate(')
     assert schedule['State'] == 'ENABLED'
     assert schedule['Target']['Arn'] == {'Ref': _ref(resources, 'AWS::Lambda::Alias', 'SweeperFunctionAlias')}
@@ -176,7 +170,7 @@ def test_schedule_runs_the_sweeper_alias(resources: Resources) -> None:
 
 
 def test_alarms_watch_the_dead_letter_queue_and_every_function(resources: Resources) -> None:
-    alarms = list(_of_type(resources, 'AWS::CloudWatch::Alarm').values())
+    alarms = list(of_type(resources, 'AWS::CloudWatch::Alarm').values())
     dlq = _ref(resources, 'AWS::SQS::Queue', 'WorkQueueDeadLetterQueue')
     assert any(
         a.get('MetricName') == 'ApproximateNumberOfMessagesVisible'
@@ -192,7 +186,7 @@ def test_alarms_watch_the_dead_letter_queue_and_every_function(resources: Resour
 
 
 def test_api_is_throttled_and_logs_without_bodies(resources: Resources) -> None:
-    (stage,) = _of_type(resources, 'AWS::ApiGateway::Stage').values()
+    (stage,) = of_type(resources, 'AWS::ApiGateway::Stage').values()
     (settings,) = stage['MethodSettings']
     assert settings['ThrottlingRateLimit'] > 0 and settings['ThrottlingBurstLimit'] > 0
     assert settings['DataTraceEnabled'] is False
@@ -200,7 +194,7 @@ def test_api_is_throttled_and_logs_without_bodies(resources: Resources) -> None:
 
 
 def test_gateway_responses_use_the_error_shape_and_json(resources: Resources) -> None:
-    responses = {r['ResponseType']: r for r in _of_type(resources, 'AWS::ApiGateway::GatewayResponse').values()}
+    responses = {r['ResponseType']: r for r in of_type(resources, 'AWS::ApiGateway::GatewayResponse').values()}
     required = {'DEFAULT_4XX', 'DEFAULT_5XX', 'UNAUTHORIZED', 'ACCESS_DENIED', 'THROTTLED', 'REQUEST_TOO_LARGE'}
     assert required <= set(responses)
     for kind, response in responses.items():
@@ -217,7 +211,7 @@ def test_gateway_responses_use_the_error_shape_and_json(resources: Resources) ->
 
 
 def test_every_method_requires_iam_by_default(resources: Resources) -> None:
-    methods = _of_type(resources, 'AWS::ApiGateway::Method')
+    methods = of_type(resources, 'AWS::ApiGateway::Method')
     assert len(methods) == 2  # ANY / and ANY /{proxy+}: one proxy integration for every route
     alias = _ref(resources, 'AWS::Lambda::Alias', 'ApiFunctionAlias')
     for method in methods.values():
@@ -237,7 +231,7 @@ def test_the_inspector_page_is_served_only_when_asked_for_and_behind_the_same_au
     # go through the same proxy methods as every route)
     serving = [key for key, f in _functions(variant).items() if env(f).get('OM_INSPECTOR') == 'true']
     assert serving == [_ref(variant, 'AWS::Lambda::Function', 'ApiFunction')]
-    methods = _of_type(variant, 'AWS::ApiGateway::Method')
+    methods = of_type(variant, 'AWS::ApiGateway::Method')
     assert len(methods) == 2 and all(m['AuthorizationType'] == 'AWS_IAM' for m in methods.values())
     with pytest.raises(SettingsError, match='inspector must be true or false'):
         settings_from_context({'inspector': 'maybe'})
@@ -252,12 +246,12 @@ def test_jwt_mode_uses_a_cognito_authorizer_and_passes_the_claim() -> None:
         }
     )
     resources = template.to_json()['Resources']
-    (authorizer,) = _of_type(resources, 'AWS::ApiGateway::Authorizer').values()
+    (authorizer,) = of_type(resources, 'AWS::ApiGateway::Authorizer').values()
     assert authorizer['Type'] == 'COGNITO_USER_POOLS'
     assert authorizer['IdentitySource'] == 'method.request.header.Authorization'
     assert 'cognito-idp:eu-west-1:' in json.dumps(authorizer['ProviderARNs'])
     assert 'userpool/eu-west-1_AbC123' in json.dumps(authorizer['ProviderARNs'])
-    for method in _of_type(resources, 'AWS::ApiGateway::Method').values():
+    for method in of_type(resources, 'AWS::ApiGateway::Method').values():
         assert method['AuthorizationType'] == 'COGNITO_USER_POOLS'
     for function in _functions(resources).values():
         assert function['Environment']['Variables']['OM_AUTH_MODE'] == 'jwt'
@@ -280,7 +274,7 @@ def test_no_authentication_only_when_asked_for() -> None:
     # Given no auth context, then IAM (never NONE); given authMode=none explicitly, then no authorizer, with a warning.
     assert settings_from_context({}).auth.mode == 'iam'
     stack, template = synth_stack({'authMode': 'none'})
-    for method in _of_type(template.to_json()['Resources'], 'AWS::ApiGateway::Method').values():
+    for method in of_type(template.to_json()['Resources'], 'AWS::ApiGateway::Method').values():
         assert method['AuthorizationType'] == 'NONE'
     warnings = [
         entry.data
@@ -316,7 +310,7 @@ def test_each_function_has_its_own_role_without_managed_policies(resources: Reso
 def test_gemini_key_is_a_secret_referenced_by_arn(resources: Resources) -> None:
     # Given the default configuration (Gemini models), the secret is created; only the functions that call a model
     # get its ARN and may read it.
-    (secret_id,) = _of_type(resources, 'AWS::SecretsManager::Secret')
+    (secret_id,) = of_type(resources, 'AWS::SecretsManager::Secret')
     secret = resources[secret_id]['Properties']
     assert 'SecretString' not in secret and 'GenerateSecretString' in secret
     callers = {spec.handler for spec in ALL_FUNCTIONS if spec.access.model_roles}
@@ -333,7 +327,7 @@ def test_an_existing_secret_can_be_imported_by_arn() -> None:
     arn = 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:om/gemini-AbCdEf'
     _stack, template = synth_stack({'geminiSecretArn': arn})
     resources = template.to_json()['Resources']
-    assert not _of_type(resources, 'AWS::SecretsManager::Secret')
+    assert not of_type(resources, 'AWS::SecretsManager::Secret')
     envs = [f['Environment']['Variables'] for f in _functions(resources).values()]
     assert sorted(env.get('OM_GEMINI_SECRET_ARN', '') for env in envs) == ['', arn, arn, arn]
     readers = [s for s in _statements(resources) if s['Action'] == 'secretsmanager:GetSecretValue']
@@ -356,7 +350,7 @@ def test_functions_share_runtime_architecture_json_logs_and_snapstart(resources:
         assert (function['MemorySize'], function['Timeout']) == (spec.memory_mb, spec.timeout_s)
         module = spec.handler.rsplit('.', 1)[0]
         assert (REPO_ROOT / (module.replace('.', '/') + '.py')).is_file(), module
-    assert len(_of_type(resources, 'AWS::Lambda::Alias')) == len(ALL_FUNCTIONS)
+    assert len(of_type(resources, 'AWS::Lambda::Alias')) == len(ALL_FUNCTIONS)
     assert ServiceFunction.RUNTIME.name == f'python{LAMBDA_PYTHON_VERSION}'
 
 
