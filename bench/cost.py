@@ -178,9 +178,7 @@ def run_scenario(name: str, turns: int, model_latency_s: float, dynamo_endpoint:
     from om_cli.metering import AwsMeter
 
     config, threads = SCENARIOS[name]
-    meter = AwsMeter().install()
-    original_handler_for = local_stack.handler_for
-    local_stack.handler_for = lambda function: meter.wrap_handler(function, original_handler_for(function))
+    meter = AwsMeter()
     env = {'POWERTOOLS_LOG_LEVEL': 'ERROR', 'POWERTOOLS_METRICS_DISABLED': 'true'}
     saved = os.environ.get('AWS_ENDPOINT_URL_DYNAMODB')
     if dynamo_endpoint:
@@ -193,7 +191,7 @@ def run_scenario(name: str, turns: int, model_latency_s: float, dynamo_endpoint:
     )
     units = Units(turns=turns)
     try:
-        with metered_models(meter):
+        with meter.metering_local_stack(), metered_models(meter):
             stack = local_stack.LocalStack(port=0, config=config, env=env, sweep_interval_s=None, names=names).start()
             try:
                 meter.reset()  # the stack's own set-up is not the conversation's
@@ -204,8 +202,6 @@ def run_scenario(name: str, turns: int, model_latency_s: float, dynamo_endpoint:
             finally:
                 stack.stop()
     finally:
-        local_stack.handler_for = original_handler_for
-        meter.uninstall()
         if saved is None:
             os.environ.pop('AWS_ENDPOINT_URL_DYNAMODB', None)
         else:

@@ -123,6 +123,20 @@ class AwsMeter:
 
         return metered
 
+    @contextmanager
+    def metering_local_stack(self) -> Iterator[AwsMeter]:
+        """Hook boto3 and wrap every handler the local stack starts (`local_stack.handler_for`) for the block."""
+        import om_cli.local_stack as local_stack
+
+        original_handler_for = local_stack.handler_for
+        self.install()
+        local_stack.handler_for = lambda function: self.wrap_handler(function, original_handler_for(function))
+        try:
+            yield self
+        finally:
+            local_stack.handler_for = original_handler_for
+            self.uninstall()
+
     # -- boto3 -------------------------------------------------------------------------------------------------------
     def install(self) -> AwsMeter:
         """Hook boto3's default session; clients created from now on are metered (create this before them)."""

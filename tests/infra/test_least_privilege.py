@@ -70,18 +70,17 @@ def observed() -> Iterator[dict[str, set[tuple[str, str]]]]:
     import om_cli.local_stack as local_stack
     from functions import _wiring
 
-    meter = AwsMeter().install()
-    original_handler_for, original_secret = local_stack.handler_for, _wiring.SecretKey
+    meter = AwsMeter()
+    original_secret = _wiring.SecretKey
 
     class UncachedSecret(original_secret):  # type: ignore[misc,valid-type]
         def __init__(self, secret_arn: str, *, ttl_s: float = 0.0) -> None:
             super().__init__(secret_arn, ttl_s=-1.0)
 
-    local_stack.handler_for = lambda function: meter.wrap_handler(function, original_handler_for(function))
     _wiring.SecretKey = UncachedSecret
     env = {'POWERTOOLS_LOG_LEVEL': 'WARNING', 'POWERTOOLS_METRICS_DISABLED': 'true'}
     try:
-        with FakeGemini(_gemini) as gemini:
+        with meter.metering_local_stack(), FakeGemini(_gemini) as gemini:
             env['GOOGLE_GEMINI_BASE_URL'] = gemini.url
             stack = local_stack.LocalStack(
                 port=0, config=CONFIG, env=env, sweep_interval_s=None, visibility_timeout_s=2
@@ -95,8 +94,7 @@ def observed() -> Iterator[dict[str, set[tuple[str, str]]]]:
                 os.environ.pop('OM_GEMINI_SECRET_ARN', None)
                 stack.stop()
     finally:
-        local_stack.handler_for, _wiring.SecretKey = original_handler_for, original_secret
-        meter.uninstall()
+        _wiring.SecretKey = original_secret
     found: dict[str, set[tuple[str, str]]] = {}
     for function, calls in meter.actions_by_function().items():
         found.setdefault(ACTING_FOR.get(function, function), set()).update(calls)
