@@ -512,7 +512,7 @@ def build() -> list[dict[str, object]]:
             session(topics[index % len(topics)]),
         )
         rows = sorted(
-            [*zip(q['haystack_session_ids'], q['haystack_dates'], q['haystack_sessions']), extra],  # type: ignore[call-overload]
+            [*zip(q['haystack_session_ids'], q['haystack_dates'], q['haystack_sessions'], strict=True), extra],
             key=lambda row: datetime.strptime(row[1], '%Y/%m/%d (%a) %H:%M'),
         )
         q['haystack_session_ids'] = [r[0] for r in rows]
