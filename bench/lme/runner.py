@@ -128,6 +128,7 @@ class Replay:
     requests: int = 0
     skipped_turns: int = 0
     failures: list[str] = field(default_factory=list)
+    last_thread: str = ''
 
 
 def _turn_runs(session: Session) -> Iterable[tuple[str, list[tuple[int, Any]]]]:
@@ -152,6 +153,7 @@ def replay(client: Any, question: Question, resource: str, scope: str) -> Replay
     for number, session in enumerate(question.in_time_order()):
         thread = f's{number:03d}-{safe_id(session.session_id)}' if scope == 'resource' else 'history'
         done.sessions += 1
+        done.last_thread = thread
         for role, run in _turn_runs(session):
             messages = []
             for index, turn in run:
@@ -174,7 +176,10 @@ def replay(client: Any, question: Question, resource: str, scope: str) -> Replay
                     answer = client.turn(thread, batch, resource_id=resource)
                 done.requests += 1
                 done.turns += len(batch)
-                done.failures += [str(p.data.get('error') or p.type) for p in answer.failures]
+                # A reflection retried at a stronger level is the ladder at work; what failed for good is kept.
+                done.failures += [
+                    str(p.data.get('error') or p.type) for p in answer.failures if not p.data.get('retrying')
+                ]
     return done
 
 
@@ -239,7 +244,9 @@ def run_question(
             'failures': done.failures[:20],
         }
         settle = options.settle or (lambda c, r, t: settle_by_polling(c, r, t, timeout_s=options.settle_timeout_s))
-        settle(client, resource, thread if options.scope != 'resource' else f's{done.sessions - 1:03d}')
+        if done.last_thread:
+            # The question's thread does not exist yet: the resource's memory is read through the last session's.
+            settle(client, resource, done.last_thread)
         reply, error = ask(client, question, resource, thread)
         record['hypothesis'] = reply
         settle(client, resource, thread)  # what the question's own turn scheduled belongs to its bill too

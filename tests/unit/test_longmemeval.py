@@ -198,6 +198,67 @@ def test_a_run_directory_refuses_results_of_other_settings(tmp_path: Path) -> No
         runner.ResultsFile(tmp_path).records()
 
 
+class RecordingClient:
+    """Stands in for om_client.MemoryClient: records what the replay sends."""
+
+    def __init__(self, readings: list[tuple[int, int, int, str]] | None = None) -> None:
+        self.sent: list[tuple[str, str, list[Any]]] = []
+        self.readings = readings or []
+
+    def step(self, thread: str, messages: list[Any], *, resource_id: str) -> Any:
+        self.sent.append(('step', thread, messages))
+        return type('Answer', (), {'failures': []})()
+
+    def turn(self, thread: str, messages: list[Any], *, resource_id: str) -> Any:
+        self.sent.append(('turn', thread, messages))
+        return type('Answer', (), {'failures': []})()
+
+    def memory(self, thread: str, *, resource_id: str) -> Any:
+        tokens, pending, generations, status = self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
+        stage = type('Stage', (), {'status': status})()
+        buffered = type('Buffered', (), {'observations': stage, 'reflection': stage})()
+        return type('Status', (), {'observation_tokens': tokens, 'pending_message_tokens': pending,
+                                   'generation_count': generations, 'buffered': buffered})()  # fmt: skip
+
+
+def test_the_replay_sends_each_session_in_time_order_with_its_dates(tmp_path: Path) -> None:
+    question = raw_questions()[0]
+    question['haystack_sessions'][1][1]['content'] = '   '  # a blank turn is left out
+    question['haystack_sessions'][2] = [{'role': 'user', 'content': f'line {i}'} for i in range(150)]
+    question['haystack_session_ids'].reverse()  # the file's order is not the time order
+    question['haystack_dates'].reverse()
+    question['haystack_sessions'].reverse()
+    [parsed] = data.load_questions(write(tmp_path, [question]))
+    client = RecordingClient()
+    done = runner.replay(client, parsed, 'lme-r', 'resource')
+    ordered = parsed.in_time_order()
+    # One thread per session, in time order; user runs through steps, assistant answers through turns
+    threads = list(dict.fromkeys(thread for _, thread, _ in client.sent))
+    assert threads == [f's{i:03d}-{runner.safe_id(s.session_id)}' for i, s in enumerate(ordered)]
+    first_kind, _, first_batch = client.sent[0]
+    assert first_kind == 'step' and first_batch[0].role == 'user'
+    assert [kind for kind, thread, _ in client.sent if thread == threads[0]][:2] == ['step', 'turn']
+    # Every turn is dated from its session's date, a second apart, with a stable id
+    for number, session in enumerate(ordered):
+        sent = [m for _, thread, batch in client.sent if thread == threads[number] for m in batch]
+        assert sent[0].created_at == session.date and sent[0].id == f'm{number:03d}-000'
+        assert all(m.created_at >= session.date for m in sent)
+    # 150 user lines in a row go as two requests (the API takes 100 messages a request)
+    assert sorted(len(b) for _, t, b in client.sent if t == threads[2])[-2:] == [50, 100]
+    assert done.skipped_turns == 1 and done.turns == parsed.turn_count - 1 and done.last_thread == threads[-1]
+    # In thread scope everything goes to one thread
+    single = RecordingClient()
+    runner.replay(single, parsed, 'lme-r', 'thread')
+    assert {thread for _, thread, _ in single.sent} == {'history'}
+
+
+def test_waiting_for_background_work_ends_when_the_memory_stops_changing() -> None:
+    client = RecordingClient([(0, 900, 0, 'idle'), (300, 100, 0, 'running'), (300, 100, 0, 'running'),
+                              (400, 0, 1, 'idle')])  # fmt: skip
+    runner.settle_by_polling(client, 'r', 't', timeout_s=5, interval_s=0.001)
+    assert client.readings == [(400, 0, 1, 'idle')]  # read until three equal, idle readings
+
+
 def test_session_ids_become_thread_ids_in_the_apis_grammar() -> None:
     assert runner.safe_id('sharegpt_yywfLJp_0') == 'sharegpt_yywfLJp_0'
     assert runner.safe_id('a b/c?d#e%f') == 'a_b_c_d_e_f'
