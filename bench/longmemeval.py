@@ -147,6 +147,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             'a deployed stack runs with its own configuration (models, thresholds, scope): drop --config, the model '
             'and threshold options, or run on the local stack'
         )
+    if not 0 < args.time_budget <= 28:
+        raise UsageError('--time-budget must be more than 0 and at most 28 seconds (API Gateway stops a request at 29)')
     config = None if deployed else stack_config(args)
     models = (
         {}
@@ -422,7 +424,12 @@ def parser() -> argparse.ArgumentParser:
     _models(run)
     run.add_argument('--scope', choices=('resource', 'thread'), default='resource', help='default: %(default)s')
     run.add_argument('--config', help='an OM configuration file (JSON); the model and threshold options win')
-    run.add_argument('--time-budget', type=float, default=20.0, help='seconds a request may spend (default: 20)')
+    run.add_argument(
+        '--time-budget',
+        type=float,
+        default=20.0,
+        help='seconds a request may spend on models, at most 28 (default: 20)',
+    )
     run.add_argument('--settle-timeout', type=float, default=600.0, help='seconds to wait for background work')
     run.add_argument('--api-url', help='a deployed stack (its own models and configuration are used)')
     run.add_argument('--auth', choices=('none', 'iam', 'bearer'), default='iam', help='deployed stack auth')
