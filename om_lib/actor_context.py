@@ -15,16 +15,18 @@ from om_lib.records import OMRecord, Thread
 from om_lib.runtime import Runtime
 
 
-def system_text(rt: Runtime, record: OMRecord, thread: Thread, *, other_conversations: str = '') -> str:
+def system_text(rt: Runtime, record: OMRecord, thread: Thread, *, now: datetime, other_conversations: str = '') -> str:
     """The memory system message: observations, continuation hints, retrieval guidance and (resource scope) the
-    other conversations' unobserved messages. Empty when there is neither."""
+    other conversations' unobserved messages. Empty when there is neither.
+
+    `now` is the step's time (`messages.now_of`): relative dates ("2 weeks ago") are counted from it."""
     if not record.active_observations.strip() and not other_conversations:
         return ''
     retrieval = rt.settings.retrieval
     default_scope = 'resource' if rt.settings.scope == 'resource' else 'thread'
     messages = ctx.build_observation_system_messages(
         record.active_observations,
-        now=rt.clock.now(),
+        now=now,
         current_task=thread.current_task,
         suggested_response=thread.suggested_response,
         retrieval=retrieval is not None,

@@ -18,6 +18,11 @@ round is saved as messages of the turn (an assistant message with the `tool-call
 the `tool-result` parts) before the final reply. Any other function call comes back as a `tool-call` part of the
 reply, for the client to run and send to `/turns`.
 
+Time: the turn happens when the user's message says it was said (its `createdAt`, else its arrival). The Actor is
+told that date, relative dates in its memory are counted from it, and the turn's own messages (tool rounds, the reply)
+are dated from it on, by the time the turn took. A client asking "as of" a date (replayed history, an evaluation)
+sends the message with that `createdAt`; the thread is still ordered by arrival.
+
 Working memory (`workingMemory`): its block is appended to the system message, and unless it is read-only (in the
 configuration or for this request) the Actor also gets `updateWorkingMemory`, run here like `recall`: a refused
 update becomes an `{success: false, error}` result the model can correct, and changes nothing. After the thread's
@@ -32,6 +37,7 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from om_lib.conversation import Conversation
@@ -46,7 +52,7 @@ from om_lib.llm import (
     ModelRequest,
     ModelResponse,
 )
-from om_lib.messages import FilePart, ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
+from om_lib.messages import FilePart, ImagePart, Message, TextPart, ToolCallPart, ToolResultPart, time_of
 from om_lib.parts import ActorFailed, CycleParts, ReplyUnsaved
 from om_lib.recall import RecallRequest, recall
 from om_lib.working_memory import TOOL_NAME as WORKING_MEMORY_TOOL
@@ -78,6 +84,30 @@ class ChatResult:
     parts: CycleParts
     saved_ids: list[str] = field(default_factory=list)
     actor_calls: int = 0
+
+
+def today_line(now: datetime) -> str:
+    """The sentence that tells the Actor what day it is (a date, not a time: it changes once a day, so the prompt
+    prefix stays cacheable)."""
+    day = now.astimezone(UTC)
+    return f"Today's date is {day:%A}, {day:%B} {day.day}, {day.year} (UTC)."
+
+
+class _TurnClock:
+    """The turn's time: the user message's time, moved on by the time the turn has taken since it started."""
+
+    def __init__(self, wall: Callable[[], datetime]) -> None:
+        self._wall = wall
+        self._started = wall()
+        self.said = self._started
+
+    def said_at(self, when: datetime) -> None:
+        """The user's message was said at `when` (its `createdAt`): the turn's time starts from it."""
+        self.said = when
+
+    def now(self) -> datetime:
+        """The turn's current time."""
+        return self.said + max(timedelta(0), self._wall() - self._started)
 
 
 class ChatService:
@@ -130,9 +160,14 @@ class ChatService:
         """
         engine = self.engine
         started = engine.clock.monotonic()
+        clock = _TurnClock(engine.clock.now)
         step = self.conversation.step(resource_id, thread_id, [message], step_number=step_number, read_only=read_only)
+        # The stored message (a retry keeps the time it was first sent with) says when this turn happens.
+        clock.said_at(time_of(next((m for m in step.messages if m.id == message.id), message)))
         parts = CycleParts(list(step.parts))
-        system = self.system_prompt + ('\n\n' + step.system if step.system.strip() else '')
+        system = f'{self.system_prompt}\n\n{today_line(clock.said)}'
+        if step.system.strip():
+            system = f'{system}\n\n{step.system}'
         # The step's tools (recall, updateWorkingMemory) run here; the caller's own go back to the caller.
         internal = {t.name for t in step.tools}
         offered = [t for t in tools if t.name not in internal] + step.tools
@@ -171,9 +206,9 @@ class ChatService:
                 response = ModelResponse(text=response.text, model=response.model, usage=response.usage)
                 break
             working = self.conversation.working
-            turn_messages.extend(self._recall_round(response, resource_id, thread_id, recall_scope, working))
+            turn_messages.extend(self._recall_round(response, resource_id, thread_id, recall_scope, working, clock))
 
-        reply = self._reply(response)
+        reply = self._reply(response, clock.now())
         saved = list(step.saved_ids)
         try:
             turn = self.conversation.turn(resource_id, thread_id, [*turn_messages, reply])
@@ -193,7 +228,8 @@ class ChatService:
         resource_id: str,
         thread_id: str,
         scope: Literal['thread', 'resource'],
-        working: WorkingMemory | None = None,
+        working: WorkingMemory | None,
+        clock: _TurnClock,
     ) -> list[Message]:
         """Run the response's tool calls (recall, updateWorkingMemory): the assistant tool-call message and the
         tool-result message."""
@@ -209,7 +245,7 @@ class ChatService:
             result_parts.append(
                 ToolResultPart(tool_call_id=call_id, tool_name=call.name, result=result, is_error=failed)
             )
-        now = self.engine.clock.now()
+        now = clock.now()
         return [
             Message(id=self._new_id(), role='assistant', created_at=now, parts=tuple(call_parts)),
             Message(id=self._new_id(), role='tool', created_at=now, parts=tuple(result_parts)),
@@ -240,7 +276,7 @@ class ChatService:
             return {'error': 'recall could not read the history right now; answer without it or try again'}, True
 
     # -- request and reply ------------------------------------------------------------------------------------------
-    def _reply(self, response: ModelResponse) -> Message:
+    def _reply(self, response: ModelResponse, at: datetime) -> Message:
         reply_parts: list[TextPart | ToolCallPart] = []
         if response.text:
             reply_parts.append(TextPart(text=response.text))
@@ -250,9 +286,7 @@ class ChatService:
             )
         if not reply_parts:
             reply_parts.append(TextPart(text=''))
-        return Message(
-            id=self._new_id(), role='assistant', created_at=self.engine.clock.now(), parts=tuple(reply_parts)
-        )
+        return Message(id=self._new_id(), role='assistant', created_at=at, parts=tuple(reply_parts))
 
     def _contents(self, messages: Sequence[Message], resource_id: str) -> list[Content]:
         contents: list[Content] = []

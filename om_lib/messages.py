@@ -14,6 +14,7 @@ import base64
 import binascii
 import hashlib
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -171,6 +172,27 @@ class Message(_CamelModel):
         """
         payload = {'role': self.role, 'parts': [p.model_dump(mode='json', by_alias=True) for p in self.parts]}
         return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(',', ':')).encode()).hexdigest()
+
+
+def time_of(message: Message) -> datetime:
+    """The time of this message: when it was said, as the client stated it in `createdAt`, else when it arrived.
+
+    The API fills `createdAt` in with the server's time when a client sends none, so this is always set. It dates the
+    message for the Observer (its `Date:` headers and `(HH:MM)` times), for the context builder and for the recall
+    tool; it never orders anything: a thread is ordered by arrival (`seq`), and observation cursors follow that order.
+    """
+    at = message.created_at
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def now_of(messages: Iterable[Message], fallback: datetime) -> datetime:
+    """ "Now" for a step: the time of its newest new message, else `fallback` (the service's clock).
+
+    A client that replays dated history, or asks a question "as of" a date, says so through the `createdAt` of the
+    message it sends; relative times ("2 weeks ago") are then counted from that moment, not from the server's.
+    """
+    times = [time_of(m) for m in messages]
+    return max(times) if times else fallback
 
 
 def iso(dt: datetime) -> str:

@@ -38,7 +38,7 @@ from om_lib.errors import (
     VersionConflictError,
 )
 from om_lib.llm import Content, InlineBlob, ModelRequest
-from om_lib.messages import Message
+from om_lib.messages import Message, time_of
 from om_lib.parts import CycleParts, FailureReason, ObservationEnd, ThreadUpdate
 from om_lib.record_writer import lease_active
 from om_lib.records import BufferedChunk, ObservationGroup, OMRecord, Thread
@@ -78,7 +78,7 @@ class Backlog:
     @property
     def observed_at(self) -> datetime:
         """The newest message time: where the observation's boundary is dated."""
-        return max(m.created_at for m in self.messages)
+        return max(time_of(m) for m in self.messages)
 
     def after(self, cursor: int, rt: Runtime) -> Backlog | None:
         """The part after `cursor` (None when nothing is left)."""
@@ -204,7 +204,7 @@ class ResourceStrategy:
     def select(self, backlogs: Sequence[Backlog], threshold: int | None) -> list[Backlog]:
         """The threads one cycle observes: oldest-first until the threshold is covered (all with `None`)."""
         by_id = {b.thread_id: b for b in backlogs}
-        loads = [rs.ThreadLoad(b.thread_id, b.tokens, b.messages[0].created_at) for b in backlogs]
+        loads = [rs.ThreadLoad(b.thread_id, b.tokens, time_of(b.messages[0])) for b in backlogs]
         target = threshold if threshold is not None else sum(x.tokens for x in loads)
         return [by_id[x.thread_id] for x in rs.select_threads(loads, target, now=self.rt.clock.now())]
 
@@ -545,7 +545,7 @@ class ObservationPipeline:
     def _commit(self, leased: OMRecord, owner: str, observed: Sequence[ThreadObservation]) -> OMRecord | None:
         """Write what the Observer covered while the lease is still `owner`'s; cursors move for covered threads only."""
         rt = self.rt
-        ordered = sorted(observed, key=lambda o: o.backlog.messages[0].created_at)
+        ordered = sorted(observed, key=lambda o: time_of(o.backlog.messages[0]))
         now = rt.clock.now()
 
         def apply(current: OMRecord) -> OMRecord | None:

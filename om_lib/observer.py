@@ -32,6 +32,7 @@ from om_lib.messages import (
     TextPart,
     ToolCallPart,
     ToolResultPart,
+    time_of,
 )
 from om_lib.tokens import strip_encrypted_content
 
@@ -514,7 +515,7 @@ def format_messages_for_observer(
     last_time: str | None = None
 
     for message in messages:
-        local = message.created_at.astimezone(zone)
+        local = time_of(message).astimezone(zone)
         clock = local.strftime('%H:%M')
         role_label = _ROLE_LABELS.get(message.role, message.role.capitalize())
         entries: list[tuple[str, str, bool]] = []  # (title, body, always show the time)

@@ -37,6 +37,7 @@ from om_lib.messages import (
     TextPart,
     ToolCallPart,
     ToolResultPart,
+    time_of,
 )
 
 __all__ = [
@@ -357,7 +358,7 @@ def _assistant_observation(at: datetime, text: str) -> _Obs | None:
 
 
 def _message_observations(message: Message) -> list[_Obs]:
-    at = message.created_at if message.created_at.tzinfo else message.created_at.replace(tzinfo=UTC)
+    at = time_of(message)
     role = message.role
     label = 'User' if role == 'user' else 'Assistant'
     out: list[_Obs] = []
@@ -441,7 +442,7 @@ def _observation_block(observations: Sequence[_Obs]) -> list[str]:
 def _observe_messages(messages: Sequence[Message], previous: set[tuple[str, str, str]]) -> tuple[list[_Obs], str, str]:
     observations: list[_Obs] = []
     seen: set[tuple[str, str, str]] = set(previous)
-    ordered = sorted(messages, key=lambda m: (m.created_at, m.seq or 0))
+    ordered = list(messages)  # arrival order, as the Observer is given them (client times may disagree)
     for message in ordered:
         if message.role == 'system':
             continue
@@ -452,7 +453,7 @@ def _observe_messages(messages: Sequence[Message], previous: set[tuple[str, str,
             seen.add(key)
             observations.append(o)
     if not observations:
-        at = ordered[-1].created_at if ordered else datetime.now(UTC)
+        at = time_of(ordered[-1]) if ordered else datetime.now(UTC)
         observations.append(_Obs(at, GREEN, 'Nothing notable happened in this exchange.'))
     last_user = _last_user_sentence(ordered)
     task = f'Primary: {last_user}' if last_user else 'Primary: none yet (waiting for the user)'
@@ -488,7 +489,7 @@ def observe(request: ModelRequest) -> str:
         extra: list[str] = []
         if not skip:
             extra += ['<current-task>', task, '</current-task>', '<suggested-response>', hint, '</suggested-response>']
-        first_user = next((m for m in sorted(msgs, key=lambda m: m.created_at) if m.role == 'user'), None)
+        first_user = next((m for m in msgs if m.role == 'user'), None)
         if titles and first_user is not None and first_user.text().strip():
             extra.append(f'<thread-title>{make_title(first_user.text())}</thread-title>')
         return _observation_block(obs), extra
@@ -973,7 +974,7 @@ def answer(request: ModelRequest) -> str:
 
 
 def _title_for(request: ModelRequest) -> str:
-    first = next((m for m in sorted(request.source_messages, key=lambda m: m.created_at) if m.role == 'user'), None)
+    first = next((m for m in request.source_messages if m.role == 'user'), None)
     if first is not None and first.text().strip():
         return make_title(first.text())
     for content in request.contents:

@@ -22,7 +22,16 @@ from typing import Any, Literal, cast
 from om_lib.config import RetrievalSettings
 from om_lib.errors import InvalidInputError
 from om_lib.llm import FunctionDeclaration
-from om_lib.messages import FilePart, ImagePart, Message, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
+from om_lib.messages import (
+    FilePart,
+    ImagePart,
+    Message,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    time_of,
+)
 from om_lib.observer import format_tool_result
 from om_lib.ports import MemoryStore
 from om_lib.resource_scope import ThreadIdCodec
@@ -339,7 +348,7 @@ def _render_results(
             message = hit.message
             preview = ' '.join(p.text for p in format_message_parts(message, 'low', counter)) or '(no text)'
             lines.append(
-                f'- score {hit.score:.2f} | {message.role} ({_timestamp(message.created_at)}) | '
+                f'- score {hit.score:.2f} | {message.role} ({_timestamp(time_of(message))}) | '
                 f'cursor="{message.id}": {preview}'
             )
     return '\n'.join(lines)
@@ -763,7 +772,7 @@ def render_parts(parts: Sequence[FormattedPart]) -> str:
             current = part.message.id
             if lines:
                 lines.append('')
-            lines.append(f'**{part.message.role} ({_timestamp(part.message.created_at)})** [{part.message.id}]:')
+            lines.append(f'**{part.message.role} ({_timestamp(time_of(part.message))})** [{part.message.id}]:')
         lines.append(f'  [p{part.index}] {part.text}')
     return '\n'.join(lines)
 

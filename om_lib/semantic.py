@@ -28,7 +28,7 @@ from typing import Literal
 
 from om_lib.config import SemanticRecallSettings
 from om_lib.errors import OMError
-from om_lib.messages import FilePart, ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
+from om_lib.messages import FilePart, ImagePart, Message, TextPart, ToolCallPart, ToolResultPart, time_of
 from om_lib.ports import Embedder, MemoryStore, VectorEntry, VectorIndex
 from om_lib.work import BackgroundWork, Job
 
@@ -236,7 +236,7 @@ class SemanticMemory:
                     picked[(match_thread, message.id)] = message.model_copy(update={'thread_id': match_thread})
         first_seen: dict[str, float] = {}
         for message in picked.values():
-            moment = message.created_at.timestamp()
+            moment = time_of(message).timestamp()
             first_seen[message.thread_id or ''] = min(first_seen.get(message.thread_id or '', moment), moment)
         return sorted(
             picked.values(),
@@ -276,7 +276,7 @@ def format_recalled(messages: Sequence[Message], current_thread_id: str) -> str:
         text = embedding_text(message) or '(no text)'
         if len(text) > RECALLED_CHARS:
             text = text[:RECALLED_CHARS] + '…'
-        stamp = message.created_at.astimezone(UTC).strftime('%Y-%m-%d %H:%M')
+        stamp = time_of(message).astimezone(UTC).strftime('%Y-%m-%d %H:%M')
         lines.append(f'- {message.role} ({stamp}): {text}')
     lines.append('</semantic-recall>')
     return '\n'.join(lines)

@@ -26,7 +26,7 @@ from datetime import datetime
 from om_lib import actor_context as actor
 from om_lib.background import deliver_background_parts
 from om_lib.ids import check_id
-from om_lib.messages import Message
+from om_lib.messages import Message, now_of
 from om_lib.observation import MIN_SYNC_OBSERVATION_S, backlog_of
 from om_lib.parts import CycleParts
 from om_lib.ports import AppendResult
@@ -143,7 +143,7 @@ class Steps(MemoryRooms):
         record = self._reflect(record, thread_id, deadline, parts)
         messages = actor.visible_messages(rt, record, unobserved, appended.messages)
         parts.add(actor.status_part(rt, record, messages, thread_id, step_number))
-        system = actor.system_text(rt, record, thread)
+        system = actor.system_text(rt, record, thread, now=now_of(appended.messages, rt.clock.now()))
         return StepResult(thread_id, resource_id, system, messages, parts, record, list(appended.created_ids))
 
     def _resource_step(
@@ -179,7 +179,8 @@ class Steps(MemoryRooms):
         # The status counts every thread's unobserved tokens: this thread's messages and the other threads' backlogs.
         others = sum(b.tokens for b in snap.others)
         parts.add(actor.status_part(rt, record, messages, thread_id, step_number, other_tokens=others))
-        system = actor.system_text(rt, record, thread, other_conversations=snap.blocks)
+        now = now_of(appended.messages, rt.clock.now())
+        system = actor.system_text(rt, record, thread, now=now, other_conversations=snap.blocks)
         return StepResult(thread_id, resource_id, system, messages, parts, record, list(appended.created_ids))
 
     def _reflect(self, record: OMRecord, thread_id: str, deadline: float, parts: CycleParts) -> OMRecord:

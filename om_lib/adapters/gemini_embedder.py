@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from om_lib.adapters.gemini_model import GeminiLanguageModel, _map_errors, _sdk
 from om_lib.adapters.provider_calls import embedding_batches
@@ -61,7 +62,9 @@ class GeminiEmbedder:
                 ),
             )
             with _map_errors(sdk, self.model_id):
-                response = client.models.embed_content(model=self.model_id, contents=batch, config=config)
+                # The SDK's `contents` union changes with the optional packages installed (Pillow adds its Image).
+                contents: list[Any] = list(batch)
+                response = client.models.embed_content(model=self.model_id, contents=contents, config=config)
             embeddings = response.embeddings or []
             if len(embeddings) != len(batch) or any(not e.values for e in embeddings):
                 raise ModelOutputError(
