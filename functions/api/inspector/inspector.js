@@ -386,13 +386,16 @@
       if (/^\s*<\/?observation-group\b/.test(line)) continue; // retrieval bookkeeping, not the Observer's words
       match = line.match(/^\s*--- message boundary \((.+)\) ---$/);
       if (match) {
-        top().children.push({ kind: 'boundary', at: match[1] });
-        top().date = null;
+        // Inside the current date group: the same date after it continues that group, under one heading.
+        (top().date || top()).children.push({ kind: 'boundary', at: match[1] });
         continue;
       }
       match = line.match(/^\s*Date:\s*(.+)$/);
       if (match) {
-        const group = { kind: 'date', date: match[1], children: [] };
+        // Each observation batch (a buffered chunk, a retrieval group) starts with its own `Date:` line: the same
+        // date as the open group adds to it instead of repeating the heading.
+        if (top().date && top().date.date === match[1].trim()) continue;
+        const group = { kind: 'date', date: match[1].trim(), children: [] };
         top().children.push(group);
         top().date = group;
         continue;
