@@ -468,7 +468,7 @@ def when_due(role: str, tokens_left: Any) -> str:
     if tokens_left is None:
         return ''
     if int(tokens_left) <= 0:
-        return f': due, the {role} runs with the next message'
+        return f': due, the {role} runs now in the background or with the next message'
     return f': the {role} runs in {int(tokens_left):,} more'
 
 

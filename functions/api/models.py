@@ -372,7 +372,7 @@ class ErrorBody(_Model):
 
 
 class ErrorOut(_Model):
-    """Every error answer (CONTRACT §2 "Errors")."""
+    """Every error answer: `{"error": {"code", "message", "details"}}`."""
 
     error: ErrorBody
 
