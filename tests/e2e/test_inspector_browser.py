@@ -238,7 +238,10 @@ def test_empty_memory_a_missing_thread_and_an_api_error_each_say_so(page, stack,
     chat(api, 'quiet', 'Hi.')
     page.goto(url(stack, resourceId=RESOURCE, threadId='quiet'))
     ready(page)
-    assert page.locator('#log-empty').inner_text().startswith('Nothing observed yet.')
+    empty = page.locator('#log-empty').inner_text()
+    assert empty.startswith('Nothing observed yet.'), empty
+    # and when the sweeper would observe it (no sweeper runs on this test stack)
+    assert 'it counts as quiet at ' in empty and 'no sweeper runs on this stack' in empty, empty
     assert page.locator('#failures .empty').inner_text() == 'No failures recorded for this memory.'
 
     page.goto(url(stack, resourceId=RESOURCE, threadId='no-such-thread'))

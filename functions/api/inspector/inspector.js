@@ -432,6 +432,16 @@
     return { kind: 'obs', raw: line, sub, priority, time, text: rest };
   }
 
+  // `: by 2026-11-28 10:42 UTC, 30 minutes after its last message` when the API says when the sweeper comes.
+  function sweptBy(m) {
+    const sweep = (m.upcoming || {}).quietSweep || {};
+    if (!sweep.quietAt) return '';
+    const minutes = Math.round((sweep.quietAfterSeconds || 0) / 60);
+    return sweep.sweptBy
+      ? ` (if nothing more is said, by ${when(sweep.sweptBy)}: ${minutes} minutes after its last message)`
+      : ` (it counts as quiet at ${when(sweep.quietAt)}, but no sweeper runs on this stack)`;
+  }
+
   function renderLog() {
     const box = $('log');
     const m = state.memory;
@@ -443,7 +453,7 @@
           'p',
           { class: 'empty', id: 'log-empty' },
           `Nothing observed yet. The Observer runs once this memory’s unobserved messages pass ${threshold} tokens ` +
-            `(now ${pending}), or when a quiet thread is swept.`,
+            `(now ${pending}), or when a quiet thread is swept` + sweptBy(m) + '.',
         ),
       );
       $('log-count').textContent = '';
