@@ -399,31 +399,10 @@ class Chat:
 
     def recall(self, query: str) -> None:
         """This thread's messages from its start, a page at a time; or (vectors on) the messages like `query`."""
-        thread = quote(self.thread, safe='')
         if query:
-            body = {'resourceId': self.resource, 'perPage': 0, 'vectorSearchString': query}
-            try:
-                status, answer = http_json(self.url, 'POST', f'/threads/{thread}/messages/query', body)
-            except (urllib.error.URLError, OSError) as exc:
-                self.say(f'[0] the server at {self.url} did not answer ({_reason(exc)})')
-                return
-            if status == 404:
-                self.say(f'(thread {self.thread!r} has no messages yet: say something to start it)')
-                return
-            if status == 422 and 'vector' in error_text(answer):
-                self.say(
-                    'searching by meaning needs vectors: add "retrieval": {"vector": true} to the configuration '
-                    "(om serve --config FILE) and start again; /recall without words lists this thread's messages"
-                )
-                return
-            if status != 200:
-                self.say(f'[{status}] {error_text(answer)}')
-                return
-            found = answer.get('messages') or []
-            self.say(f'{len(found)} message(s) like {query!r}, with their neighbours:' if found else '(nothing found)')
-            for message in found:
-                self.say(history_line(message, here=self.thread))
+            self.recall_like(query)
             return
+        thread = quote(self.thread, safe='')
         query_string = urlencode({'resourceId': self.resource, 'page': self.recall_page, 'perPage': RECALL_PAGE})
         page = self.call('GET', f'/threads/{thread}/messages?{query_string}')
         if page is None:
@@ -440,6 +419,32 @@ class Chat:
             self.say(history_line(message, here=self.thread))
         self.recall_page = self.recall_page + 1 if more else 0
         self.say(f'(/recall again for the next {RECALL_PAGE})' if more else '(that is all of it)')
+
+    def recall_like(self, query: str) -> None:
+        """The messages closest in meaning to `query`, with their neighbours (`POST …/messages/query`)."""
+        body = {'resourceId': self.resource, 'perPage': 0, 'vectorSearchString': query}
+        path = f'/threads/{quote(self.thread, safe="")}/messages/query'
+        try:
+            status, answer = http_json(self.url, 'POST', path, body)
+        except (urllib.error.URLError, OSError) as exc:
+            self.say(f'[0] the server at {self.url} did not answer ({_reason(exc)})')
+            return
+        if status == 422 and 'vector' in error_text(answer):
+            self.say(
+                'searching by meaning needs vectors: add "retrieval": {"vector": true} to the configuration '
+                "(om serve --config FILE) and start again; /recall without words lists this thread's messages"
+            )
+            return
+        if status == 404:
+            self.say(f'(thread {self.thread!r} has no messages yet: say something to start it)')
+            return
+        if status != 200:
+            self.say(f'[{status}] {error_text(answer)}')
+            return
+        found = answer.get('messages') or []
+        self.say(f'{len(found)} message(s) like {query!r}, with their neighbours:' if found else '(nothing found)')
+        for message in found:
+            self.say(history_line(message, here=self.thread))
 
 
 def _reason(exc: BaseException) -> str:
