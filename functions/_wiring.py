@@ -67,6 +67,13 @@ class ServiceSettings(BaseModel):
         le=900,
         description='How long a lease lasts unless its holder renews it (about one model call).',
     )
+    OM_SWEEP_INTERVAL_S: float | None = Field(
+        default=None,
+        gt=0,
+        description='How often the scheduled sweeper runs, in seconds (GET …/memory says when a quiet thread is '
+        'swept); '
+        'unset: no sweeper runs.',
+    )
     OM_AUTH_MODE: Literal['iam', 'jwt', 'none'] = Field(default='iam', description='How callers are identified.')
     OM_AUTH_CLAIM: str = Field(default='sub', description='JWT claim that must equal resourceId (OM_AUTH_MODE=jwt).')
     OM_INSPECTOR: bool = Field(
@@ -254,6 +261,7 @@ def engine() -> MemoryEngine:
         time_budget_s=s.OM_REQUEST_TIME_BUDGET_S,
         work=background_work(),
         lease_ttl_s=s.OM_LEASE_TTL_S,
+        sweep_interval_s=s.OM_SWEEP_INTERVAL_S,
     )
 
 

@@ -1,7 +1,7 @@
 """The CDK app: `python infra/app.py [-c key=value ...]` or `npx cdk synth|deploy` (from infra/).
 
 Context (all optional):
-    omConfig        the OM configuration document, JSON (CONTRACT §1); validated here, refused with the field named
+    omConfig        the OM configuration document, JSON (docs/configuration.md); validated here, refused with the field
     omConfigFile    ... or a file holding it (not both)
     authMode        iam (default) | jwt | none (no authentication: only if you mean it)
     userPoolId      jwt: the Cognito user pool whose ID tokens are accepted (or jwtIssuer=<its issuer URL>)

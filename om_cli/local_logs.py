@@ -79,3 +79,6 @@ def configure(*, verbose: bool, env: MutableMapping[str, str]) -> None:
     requests.propagate = False
     for name in ('werkzeug', 'moto', 'botocore', 'urllib3'):
         logging.getLogger(name).setLevel(logging.INFO if verbose and name == 'werkzeug' else logging.WARNING)
+    # The emulator's Step Functions interpreter logs every failed state with its own internals (object reprs); the
+    # reflection function says what failed in words (`release`), so only --verbose shows the emulator's account.
+    logging.getLogger('moto.stepfunctions').setLevel(logging.WARNING if verbose else logging.CRITICAL)

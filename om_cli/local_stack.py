@@ -765,6 +765,8 @@ class LocalStack:
             'OM_OFFLINE_FALLBACK': '1',
             # The memory inspector at GET /inspector (a deployed stack serves it only when asked to).
             'OM_INSPECTOR': '1',
+            # What GET …/memory says about the sweeper: it runs here every `sweep_interval_s` (unset: never).
+            'OM_SWEEP_INTERVAL_S': str(self.sweep_interval_s) if self.workers and self.sweep_interval_s else None,
         }
         if self.config_file:
             env['OM_CONFIG_FILE'] = str(Path(self.config_file).resolve())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import os
 import signal
 import socket
 import sys
@@ -18,11 +19,15 @@ import threading
 import urllib.error
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote, urlencode
 
 from om_cli.wiring import QUIET_FUNCTIONS, http_json, model_notice
-from om_lib.errors import ConfigError
+from om_lib.errors import ConfigError, InvalidIdError
+from om_lib.ids import id_problem
+
+if TYPE_CHECKING:
+    from om_lib.config import OMConfig
 
 FUNCTIONS = ('api', 'buffer_worker', 'reflection', 'sweeper')
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +47,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from om_cli import local_logs
     from om_cli.local_stack import DESCRIBE_PATH, LocalStack
 
-    check_config(args.config)
+    config = check_config(args.config)
     check_port_free(args.host, args.port)
     env: dict[str, str] = {}
     local_logs.configure(verbose=args.verbose, env=env)
@@ -62,8 +67,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         aws = 'embedded moto server' if stack.embedded else 'AWS_ENDPOINT_URL'
         print(f'om serve: {stack.url}  (AWS: {aws} at {stack.endpoint})', flush=True)
         print(model_notice(), flush=True)
-        print(f'try: curl {stack.url}/health     or: om chat --url {stack.url}', flush=True)
-        print(f'     the memory inspector: {stack.url}/inspector', flush=True)
+        print(memory_notice(config, args.sweep_interval), flush=True)
+        print(f'try: om chat --url {stack.url}     or: curl {stack.url}/health', flush=True)
+        print(f'     the memory inspector: open {stack.url}/inspector in your browser', flush=True)
         print(f'     om invoke sweeper events/sweeper/schedule.json --stack {stack.url}', flush=True)
         print(f'(stack description for tools: {stack.url}{DESCRIBE_PATH}; Ctrl-C stops)', flush=True)
         while not stopping.wait(0.5):
@@ -83,11 +89,28 @@ def stop_on_signals() -> threading.Event:
     return stopping
 
 
-def check_config(path: str | None) -> None:
+def check_config(path: str | None) -> OMConfig:
     """Read and validate the configuration the stack will use before anything starts (ConfigError names the file)."""
     from om_lib.config import load_config
 
-    load_config(path=path)
+    return load_config(path=path)
+
+
+def memory_notice(config: OMConfig, sweep_interval_s: float) -> str:
+    """One line saying when memory acts with this configuration."""
+    s = config.resolved()
+    if not s.enabled:
+        return 'memory: observational memory is off in this configuration'
+    mode = 'in the background' if s.async_observation_enabled else 'in the request'
+    sweep = (
+        f'a thread quiet for 30 min is observed by the sweeper (every {sweep_interval_s:g} s)'
+        if sweep_interval_s
+        else 'no sweeper runs (--sweep-interval 0)'
+    )
+    return (
+        f'memory: observes past {s.max_message_threshold():,} unobserved message tokens ({mode}), reflects past '
+        f'{s.observation_tokens:,} observation tokens; {sweep}'
+    )
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -183,13 +206,19 @@ def describe_stack(url: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------------------------
 CHAT_HELP = """\
 commands:
-  /memory           the observation log of this thread and its token bars
+  /memory           this thread's observation log, and when the Observer and the Reflector run next
   /threads          this resource's threads (the current one marked)
   /new [ID]         start a new thread (a fresh id unless you name one)
-  /recall [QUERY]   this thread's raw history from its start, or (with retrieval.vector) messages like QUERY
+  /recall [QUERY]   this thread's messages from its start, 20 at a time (again: the next 20); with QUERY, the
+                    messages closest in meaning to it (needs "retrieval": {"vector": true} in the configuration)
   /help             this list
   /quit             leave (Ctrl-D too)
 anything else is sent as your message"""
+# What `om chat`, the README's examples and the client's examples call the user and the conversation by default.
+DEFAULT_RESOURCE = 'me'
+DEFAULT_URL = 'http://127.0.0.1:8787'  # where `om serve` listens by default
+DEFAULT_THREAD = 't1'
+RECALL_PAGE = 20
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -198,6 +227,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     stack = None
     url = args.url
+    for name, value in (('--resource', args.resource), ('--thread', args.thread)):
+        if (problem := id_problem(value)) is not None:
+            raise UsageError(str(InvalidIdError(f'{name} {value!r}', problem)))
+    if not url and not args.config and serving(DEFAULT_URL):
+        # The README's walk-through: `om serve` in one terminal, `om chat` in another, the inspector in a browser.
+        url = DEFAULT_URL
+        print(f'(chatting with the om serve at {url}; --config FILE starts an embedded stack instead)')
     if url:
         url = url.rstrip('/')
         try:
@@ -221,6 +257,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return 0
 
 
+def serving(url: str) -> bool:
+    """Whether an `om serve` answers at `url` (asked briefly: nothing there is the common case)."""
+    try:
+        status, body = http_json(url, 'GET', '/health', timeout=1)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+    return status == 200 and isinstance(body, dict) and body.get('status') == 'ok'
+
+
 class Chat:
     """The `om chat` loop: messages go to `POST /threads/{thread}/chat`, `/commands` to the other routes."""
 
@@ -229,6 +274,7 @@ class Chat:
         self.resource = resource
         self.thread = thread
         self.out = out or sys.stdout
+        self.recall_page = 0  # the next page `/recall` shows of this thread's history
 
     def say(self, text: str = '') -> None:
         print(text, file=self.out, flush=True)
@@ -281,6 +327,9 @@ class Chat:
         except (urllib.error.URLError, OSError) as exc:
             self.say(f'[0] the server at {self.url} did not answer ({_reason(exc)})')
             return None
+        if status == 404 and (answer or {}).get('error', {}).get('code') == 'thread_not_found':
+            self.say(f'(thread {self.thread!r} has no messages yet: say something to start it)')
+            return None
         if status != 200:
             self.say(f'[{status}] {error_text(answer)}')
             return None
@@ -295,20 +344,32 @@ class Chat:
         reply = body.get('reply') or {}
         parts = body.get('parts') or []
         self.say(f'assistant> {message_text(reply) or "(no reply: " + failed_reason(parts) + ")"}')
-        self.say(f'  {status_line(parts)}')
+        self.say(f'  {status_line(parts, self.view())}')
 
-    def memory(self) -> None:
+    def view(self) -> dict[str, Any] | None:
+        """`GET …/memory` of this thread (None after saying why it failed)."""
         view = self.call(
             'GET', f'/threads/{quote(self.thread, safe="")}/memory?{urlencode({"resourceId": self.resource})}'
         )
+        return view if isinstance(view, dict) else None
+
+    def memory(self) -> None:
+        view = self.view()
         if view is None:
             return
         limits = view.get('thresholds') or {}
+        upcoming = view.get('upcoming') or {}
         self.say(
             f'memory of thread {self.thread!r} ({view.get("scope")} scope, generation {view.get("generationCount")})'
         )
-        self.say('  ' + token_bar('messages', view.get('pendingMessageTokens', 0), limits.get('messageTokens', 0)))
-        self.say('  ' + token_bar('observations', view.get('observationTokens', 0), limits.get('observationTokens', 0)))
+        bars = (
+            ('messages', 'pendingMessageTokens', 'messageTokens', 'Observer', 'observation'),
+            ('observations', 'observationTokens', 'observationTokens', 'Reflector', 'reflection'),
+        )
+        for label, tokens, threshold, role, key in bars:
+            bar = token_bar(label, view.get(tokens, 0), limits.get(threshold, 0))
+            self.say(f'  {bar}{when_due(role, (upcoming.get(key) or {}).get("tokensLeft"))}')
+        self.say(f'  {quiet_sweep_line(upcoming.get("quietSweep") or {})}')
         if view.get('currentTask'):
             self.say(f'  current task: {view["currentTask"]}')
         self.say(textwrap.indent(view.get('observations') or '(nothing observed yet)', '  '))
@@ -327,18 +388,63 @@ class Chat:
             self.say(f'  {thread["id"]}{title}  updated {thread.get("updatedAt", "?")}{mark}')
 
     def new(self, thread_id: str) -> None:
-        self.thread = thread_id or f'chat-{uuid.uuid4().hex[:8]}'
+        if thread_id and (problem := id_problem(thread_id)) is not None:
+            self.say(f'{InvalidIdError(f"thread id {thread_id!r}", problem)}; still in thread {self.thread!r}')
+            return
+        self.thread = thread_id or f't-{uuid.uuid4().hex[:8]}'
+        self.recall_page = 0
         self.say(
             f'now in thread {self.thread!r} (same resource, so resource-scope memory and working memory carry over)'
         )
 
     def recall(self, query: str) -> None:
-        body: dict[str, Any] = {'resourceId': self.resource, 'threadId': self.thread}
-        body |= {'mode': 'search', 'query': query} if query else {'mode': 'messages'}
-        answer = self.call('POST', '/recall', body)
-        if answer is None:
+        """This thread's messages from its start, a page at a time; or (vectors on) the messages like `query`."""
+        if query:
+            self.recall_like(query)
             return
-        self.say(answer.get('messages') or answer.get('results') or '(nothing found)')
+        thread = quote(self.thread, safe='')
+        query_string = urlencode({'resourceId': self.resource, 'page': self.recall_page, 'perPage': RECALL_PAGE})
+        page = self.call('GET', f'/threads/{thread}/messages?{query_string}')
+        if page is None:
+            return
+        messages = page.get('messages') or []
+        first = self.recall_page * RECALL_PAGE + 1
+        if not messages:
+            self.say('(no more messages; /recall starts again from the first)' if self.recall_page else '(no messages)')
+            self.recall_page = 0
+            return
+        more = page.get('hasMore')
+        self.say(f'messages {first}-{first + len(messages) - 1} of thread {self.thread!r}, oldest first:')
+        for message in messages:
+            self.say(history_line(message, here=self.thread))
+        self.recall_page = self.recall_page + 1 if more else 0
+        self.say(f'(/recall again for the next {RECALL_PAGE})' if more else '(that is all of it)')
+
+    def recall_like(self, query: str) -> None:
+        """The messages closest in meaning to `query`, with their neighbours (`POST …/messages/query`)."""
+        body = {'resourceId': self.resource, 'perPage': 0, 'vectorSearchString': query}
+        path = f'/threads/{quote(self.thread, safe="")}/messages/query'
+        try:
+            status, answer = http_json(self.url, 'POST', path, body)
+        except (urllib.error.URLError, OSError) as exc:
+            self.say(f'[0] the server at {self.url} did not answer ({_reason(exc)})')
+            return
+        if status == 422 and 'vector' in error_text(answer):
+            self.say(
+                'searching by meaning needs vectors: add "retrieval": {"vector": true} to the configuration '
+                "(om serve --config FILE) and start again; /recall without words lists this thread's messages"
+            )
+            return
+        if status == 404:
+            self.say(f'(thread {self.thread!r} has no messages yet: say something to start it)')
+            return
+        if status != 200:
+            self.say(f'[{status}] {error_text(answer)}')
+            return
+        found = answer.get('messages') or []
+        self.say(f'{len(found)} message(s) like {query!r}, with their neighbours:' if found else '(nothing found)')
+        for message in found:
+            self.say(history_line(message, here=self.thread))
 
 
 def _reason(exc: BaseException) -> str:
@@ -362,6 +468,53 @@ def token_bar(label: str, value: Any, limit: Any, width: int = 24) -> str:
     return f'{label:<13} [{"█" * filled}{"░" * (width - filled)}] {value:>7,} / {limit:,} tokens'
 
 
+def when_due(role: str, tokens_left: Any) -> str:
+    """`: the Observer runs in 145 more` (or that it is due)."""
+    if tokens_left is None:
+        return ''
+    if int(tokens_left) <= 0:
+        return f': due, the {role} runs now in the background or with the next message'
+    return f': the {role} runs in {int(tokens_left):,} more'
+
+
+def quiet_sweep_line(sweep: dict[str, Any]) -> str:
+    """When the sweeper observes this thread if nothing more is said (`GET …/memory`'s `upcoming.quietSweep`)."""
+    minutes = round(int(sweep.get('quietAfterSeconds') or 0) / 60)
+    if not sweep.get('quietAt'):
+        return f'quiet thread: nothing unobserved (the sweeper observes a thread {minutes} min after its last message)'
+    if not sweep.get('sweptBy'):
+        return (
+            f'quiet thread: counts as quiet at {clock_time(sweep["quietAt"])} ({minutes} min after the last message), '
+            'but no sweeper runs on this stack'
+        )
+    return (
+        f'quiet thread: if nothing more is said, the sweeper observes it by {clock_time(sweep["sweptBy"])} '
+        f'({minutes} min after the last message, even below the threshold)'
+    )
+
+
+def clock_time(iso_time: str) -> str:
+    """`14:05` in local time (with the date when it is not today)."""
+    from datetime import datetime
+
+    moment = datetime.fromisoformat(iso_time.replace('Z', '+00:00')).astimezone()
+    same_day = moment.date() == datetime.now().astimezone().date()
+    return moment.strftime('%H:%M' if same_day else '%b %d %H:%M')
+
+
+def history_line(message: dict[str, Any], *, here: str) -> str:
+    """One stored message for a reader: time, who, where it stands in memory, the text."""
+    who = {'user': 'you', 'assistant': 'assistant'}.get(message.get('role', ''), message.get('role', '?'))
+    status = {'observed': 'observed', 'buffered': 'buffered', 'unobserved': 'not observed yet'}.get(
+        message.get('omStatus') or '', ''
+    )
+    other = message.get('threadId')
+    where = f', thread {other!r}' if other and other != here else ''
+    when = clock_time(message['createdAt']) if message.get('createdAt') else '?'
+    text = message_text(message) or ' '.join(f'[{p.get("type")}]' for p in message.get('parts') or [])
+    return f'  {when} {who}{f" ({status}{where})" if status or where else ""}: {text}'
+
+
 def message_text(message: dict[str, Any]) -> str:
     """The text of a contract Message (content shorthand or text parts)."""
     if isinstance(message.get('content'), str):
@@ -378,25 +531,87 @@ def failed_reason(parts: list[dict[str, Any]]) -> str:
     return 'unknown'
 
 
-def status_line(parts: list[dict[str, Any]]) -> str:
-    """A one-line memory status from the `data-om-status` part (and any observation events)."""
-    status = next((p.get('data') or {} for p in parts if p.get('type') == 'data-om-status'), None)
-    events = [
-        f'{(p.get("data") or {}).get("operationType", "?")}:{p["type"].removeprefix("data-om-observation-")}'
+def status_line(parts: list[dict[str, Any]], view: dict[str, Any] | None = None) -> str:
+    """One line after a reply: how far memory is from observing and reflecting (from `GET …/memory` when given, else
+    the answer's `data-om-status`), the generation, and what memory did in this turn in words."""
+    events = memory_events(parts)
+    if view is not None:
+        limits = view.get('thresholds') or {}
+        upcoming = view.get('upcoming') or {}
+        observe = threshold_status(
+            'observation',
+            view.get('pendingMessageTokens'),
+            limits.get('messageTokens'),
+            (upcoming.get('observation') or {}).get('tokensLeft'),
+            queued='observe' in scheduled_operations(parts),
+        )
+        reflect = threshold_status(
+            'reflection',
+            view.get('observationTokens'),
+            limits.get('observationTokens'),
+            (upcoming.get('reflection') or {}).get('tokensLeft'),
+        )
+        line = f'[memory] {observe} · {reflect} · generation {view.get("generationCount", "?")}'
+
+    else:
+        status = next((p.get('data') or {} for p in parts if p.get('type') == 'data-om-status'), None)
+        if not status:
+            return f'[memory] {", ".join(events)}' if events else '[memory] (no status)'
+        active = (status.get('windows') or {}).get('active') or {}
+        messages, observations = active.get('messages') or {}, active.get('observations') or {}
+        line = (
+            f'[memory] messages {messages.get("tokens", "?")}/{messages.get("threshold", "?")} tokens · '
+            f'observations {observations.get("tokens", "?")}/{observations.get("threshold", "?")} tokens · '
+            f'generation {status.get("generationCount", "?")}'
+        )
+    return line + (f' · {", ".join(events)}' if events else '')
+
+
+def threshold_status(what: str, tokens: Any, threshold: Any, left: Any, *, queued: bool = False) -> str:
+    """`observation in 72 tokens (48/120)`; at the threshold, that it is due (or already queued)."""
+    figures = f'({int(tokens or 0):,}/{int(threshold or 0):,})'
+    if left is None:
+        return f'{what} off'
+    if int(left) > 0:
+        return f'{what} in {int(left):,} tokens {figures}'
+    return f'{what} {"running in the background" if queued else "due with the next message"} {figures}'
+
+
+def scheduled_operations(parts: list[dict[str, Any]]) -> list[str]:
+    """What the request queued for the background (`data-om-scheduled`)."""
+    return [
+        str(op)
         for p in parts
-        if str(p.get('type', '')).startswith('data-om-observation-')
+        if p.get('type') == 'data-om-scheduled'
+        for op in (p.get('data') or {}).get('operations') or []
     ]
-    if not status:
-        return f'[memory] {", ".join(events)}' if events else '[memory] (no status)'
-    active = (status.get('windows') or {}).get('active') or {}
-    messages = active.get('messages') or {}
-    observations = active.get('observations') or {}
-    line = (
-        f'[memory] messages {messages.get("tokens", "?")}/{messages.get("threshold", "?")} tok, '
-        f'observations {observations.get("tokens", "?")}/{observations.get("threshold", "?")} tok, '
-        f'generation {status.get("generationCount", "?")}'
-    )
-    return line + (f'  ({", ".join(events)})' if events else '')
+
+
+def memory_events(parts: list[dict[str, Any]]) -> list[str]:
+    """What memory did in this turn, in words (a reflection's intermediate ladder attempts are left out)."""
+    events: list[str] = []
+    for part in parts:
+        kind = str(part.get('type', '')).removeprefix('data-om-')
+        data = part.get('data') or {}
+        reflection = data.get('operationType') == 'reflection'
+        if kind == 'observation-end':
+            before, after = data.get('tokensObserved', 0), data.get('observationTokens', 0)
+            event = (
+                f'reflected: {before:,} → {after:,} observation tokens'
+                if reflection
+                else f'observed {before:,} message tokens'
+            )
+        elif kind in ('observation-failed', 'buffering-failed') and not data.get('retrying'):
+            event = f'{"reflection" if reflection else "observation"} failed ({data.get("reason", "error")})'
+        elif kind == 'buffering-start':
+            event = 'reflecting in the background' if reflection else 'observing in the background'
+        elif kind == 'activation':
+            event = 'background reflection activated' if reflection else 'background observations activated'
+        else:
+            continue
+        if event not in events:
+            events.append(event)
+    return events
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -434,6 +649,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """`om demo`: the bundled conversation through the HTTP API of an embedded local stack."""
     from om_cli.demo import run_demo
 
+    check_writable(args.out)
     config = None
     if args.config:
         from om_lib.config import load_config
@@ -443,55 +659,116 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_writable(path: str) -> None:
+    """Fail before the demo runs when its plot could not be written where `--out` says."""
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise UsageError(f'--out {path} is a directory: name the PNG file, e.g. --out {target / "om-demo.png"}')
+    if not folder.is_dir():
+        raise UsageError(f'--out {path}: the directory {folder} does not exist; create it or choose another path')
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise UsageError(f'--out {path}: cannot write there (permission denied); choose another path')
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The command line
 # ---------------------------------------------------------------------------------------------------------------------
 class _Help(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Examples kept as written, defaults shown."""
+    """Descriptions and examples kept as written; a default shown when there is one (not `None`, not a flag's
+    `False`, not when the help already says what happens without the option)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        # Line breaks as written; an unindented line longer than the terminal is wrapped (an indented one is a list
+        # or an example: kept).
+        lines = text.splitlines()
+        wrapped = [line if line.startswith(' ') else textwrap.fill(line, width) or line for line in lines]
+        return textwrap.indent('\n'.join(wrapped), indent)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False) or '(default' in (action.help or ''):
+            return action.help
+        return super()._get_help_string(action)
 
 
-DESCRIPTION = """\
-Observational Memory on your machine: the HTTP API of the deployed service (same handler code), its background
-workers and an AWS emulator, in one process. Without GEMINI_API_KEY every model call runs on the built-in offline
-model (deterministic, no network)."""
+class _Parser(argparse.ArgumentParser):
+    """A mistake on the command line is one line naming the command and how to get help, and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f'{self.prog}: {message} (see {self.prog} --help)\n')
+
+
+def port_number(text: str) -> int:
+    """`--port`: 0 (any free port) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f'{text!r} is not a port: use 1-65535 (e.g. --port 8788), 0 for any free one')
+    return port
+
+
+def seconds(text: str) -> float:
+    """`--sweep-interval`: a number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float('inf'):
+        raise argparse.ArgumentTypeError(f'{text!r} is not a number of seconds: use 0 or more, e.g. 10 (0: never)')
+    return value
+
+
+DESCRIPTION = (
+    'Observational Memory on your machine: the HTTP API of the deployed service (same handler code), its background '
+    'workers and an AWS emulator, in one process. Without GEMINI_API_KEY every model call runs on the built-in '
+    'offline model (deterministic, no network).'
+)
 
 EXAMPLES = """\
 examples:
-  om demo                                   replay a bundled conversation; prints a table and writes om-demo.png
-  om serve                                  the API on http://127.0.0.1:8787 (Ctrl-C stops)
-  om serve --config om.json --port 8788     with your configuration, on another port
-  om chat                                   chat in the terminal (an embedded stack; /help inside)
-  om chat --url http://127.0.0.1:8787       chat with a running `om serve`
+  om demo                                      replay a bundled conversation; prints a table and writes om-demo.png
+  om serve --config examples/quickstart.json   the API on http://127.0.0.1:8787, thresholds small enough to watch
+  om chat --url http://127.0.0.1:8787          chat with it in the terminal (/help inside)
+  om serve --config om.json --port 8788        your configuration, on another port
+  om chat                                      chat with an embedded stack (no om serve needed)
   om invoke sweeper events/sweeper/schedule.json --stack http://127.0.0.1:8787
   om inspect --api-url https://abc123.execute-api.eu-west-1.amazonaws.com/prod   the inspector against AWS
 
-environment: GEMINI_API_KEY (use Gemini), AWS_ENDPOINT_URL (a shared emulator instead of the embedded one),
-OM_TABLE_NAME, OM_BUCKET_NAME, OM_STACK_PREFIX (resource names on a shared emulator), OM_CONFIG_FILE / OM_CONFIG."""
+environment: GEMINI_API_KEY (use Gemini), AWS_ENDPOINT_URL (a shared emulator instead of the embedded one), \
+OM_TABLE_NAME, OM_BUCKET_NAME, OM_STACK_PREFIX (resource names on a shared emulator), OM_CONFIG_FILE / OM_CONFIG. \
+Every option of the configuration file: docs/configuration.md."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The `om` command line."""
-    parser = argparse.ArgumentParser(prog='om', description=DESCRIPTION, epilog=EXAMPLES, formatter_class=_Help)
-    sub = parser.add_subparsers(dest='command', required=True, metavar='COMMAND')
+    parser = _Parser(prog='om', description=DESCRIPTION, epilog=EXAMPLES, formatter_class=_Help)
+    sub = parser.add_subparsers(dest='command', required=True, metavar='COMMAND', parser_class=_Parser)
     config_help = 'configuration JSON file, e.g. om.json with {"observation": {"messageTokens": 2000}}'
 
     serve = sub.add_parser(
         'serve',
         help='the HTTP API on loopback, with background work, on a local AWS',
-        description='The HTTP API of CONTRACT §2 on loopback, with the buffer worker, the reflection workflow and the '
-        'sweeper running in this process against an embedded AWS emulator (or AWS_ENDPOINT_URL).',
-        epilog='example: om serve --config om.json --port 8788 --sweep-interval 10',
+        description='The HTTP API of the deployed service on loopback (the same handler code), with the buffer worker, '
+        'the reflection workflow and the sweeper running in this process against an embedded AWS emulator (or '
+        'AWS_ENDPOINT_URL). It also serves the memory inspector at /inspector: open that URL in your browser.',
+        epilog='examples:\n  om serve --config examples/quickstart.json     small thresholds: memory acts within a few '
+        'messages\n  om serve --config om.json --port 8788 --sweep-interval 10',
         formatter_class=_Help,
     )
     serve.add_argument('--host', default='127.0.0.1', help='interface to listen on, e.g. --host 0.0.0.0 (all)')
-    serve.add_argument('--port', type=int, default=8787, help='port of the API, e.g. --port 8788 (0: any free port)')
+    serve.add_argument(
+        '--port', type=port_number, default=8787, help='port of the API, e.g. --port 8788 (0: any free port)'
+    )
     serve.add_argument('--config', metavar='FILE', help=config_help)
     serve.add_argument(
         '--sweep-interval',
-        type=float,
+        type=seconds,
         default=60.0,
         metavar='S',
-        help='seconds between sweeper runs, e.g. 10 (0: never)',
+        help='seconds between sweeper runs, e.g. 10 (0: never); a run observes the threads quiet for 30 minutes '
+        'that have unobserved messages, below the threshold too',
     )
     serve.add_argument(
         '--verbose', action='store_true', help="the functions' full JSON logs and metrics, and the emulator's requests"
@@ -517,14 +794,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     chat = sub.add_parser(
         'chat',
-        help='chat with memory in the terminal (against --url, or an embedded local stack)',
-        description='A terminal chat through POST /threads/{thread}/chat. Inside: ' + CHAT_HELP.replace('\n', ' '),
-        epilog='examples:\n  om chat\n  om chat --url http://127.0.0.1:8787 --resource alice --thread trip',
+        help='chat with memory in the terminal (with a running om serve, or an embedded local stack)',
+        description='A terminal chat through POST /threads/{thread}/chat; after each reply, how far memory is from '
+        'observing and reflecting.\n\n' + CHAT_HELP,
+        epilog='examples:\n'
+        '  om chat                                     the om serve on the default port, if one runs\n'
+        '  om chat --url http://127.0.0.1:8788 --resource alice --thread trip\n'
+        '  om chat --config examples/quickstart.json   an embedded stack with this configuration',
         formatter_class=_Help,
     )
-    chat.add_argument('--url', help='a running om serve, e.g. http://127.0.0.1:8787 (default: start an embedded one)')
-    chat.add_argument('--resource', default='local-user', help='whose memory, e.g. --resource alice')
-    chat.add_argument('--thread', default='chat', help='the conversation, e.g. --thread trip-planning')
+    chat.add_argument(
+        '--url',
+        help='a running om serve, e.g. --url http://127.0.0.1:8788 (default: the om serve on '
+        f'{DEFAULT_URL} when one is running, else an embedded local stack)',
+    )
+    chat.add_argument('--resource', default=DEFAULT_RESOURCE, help='whose memory (a user), e.g. --resource alice')
+    chat.add_argument('--thread', default=DEFAULT_THREAD, help='the conversation, e.g. --thread trip-planning')
     chat.add_argument('--config', metavar='FILE', help=config_help + ' (embedded stack only)')
     chat.set_defaults(run=cmd_chat)
 
@@ -554,7 +839,9 @@ def build_parser() -> argparse.ArgumentParser:
         '--region',
         help='AWS region for --auth iam when the URL does not name one (custom domains), e.g. --region eu-west-1',
     )
-    inspect.add_argument('--port', type=int, default=8790, help='loopback port of the page, e.g. --port 8791 (0: any)')
+    inspect.add_argument(
+        '--port', type=port_number, default=8790, help='loopback port of the page, e.g. --port 8791 (0: any)'
+    )
     inspect.set_defaults(run=cmd_inspect)
 
     demo = sub.add_parser(
@@ -576,13 +863,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run a subcommand; a user's mistake is one message and exit status 2."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # named by the command they were given to, with its help
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices  # noqa: SLF001
+        commands[args.command].error(f'unrecognized arguments: {" ".join(unknown)}')
     try:
         return int(args.run(args))
     except UsageError as exc:
         return fail(args.command, str(exc))
     except ConfigError as exc:
-        return fail(args.command, f'{exc}\nfix the file (README "Configuration" lists every option) and run it again')
+        return fail(args.command, f'{exc}\nfix the file (docs/configuration.md lists every option) and run it again')
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130

@@ -588,7 +588,7 @@ class OMConfig(_Doc):
     generate_title: bool | GenerateTitleConfig = Field(default=False, description='Generate thread titles.')
     last_messages: int | Literal[False] = Field(
         default=DEFAULT_LAST_MESSAGES,
-        description='Recent messages a step includes when observational memory is off (seed 003); false: none.',
+        description='Recent messages a step includes when observational memory is off; false: none.',
     )
 
     _resolved: ResolvedOMConfig = PrivateAttr()

@@ -23,14 +23,14 @@ from om_lib import actor_context as actor
 from om_lib.buffered import ObservationBuffering
 from om_lib.config import OMConfig, ResolvedOMConfig
 from om_lib.errors import ThreadNotFoundError
-from om_lib.jobs import Jobs
+from om_lib.jobs import QUIET_AFTER, Jobs
 from om_lib.messages import Message, iso
 from om_lib.model_router import ModelRouter
 from om_lib.observation import ObservationPipeline, ResourceStrategy, ThreadStrategy
 from om_lib.parts import CycleParts
 from om_lib.ports import BlobReader, Clock, MemoryStore
 from om_lib.record_writer import DEFAULT_LEASE_TTL_S, RecordWriter
-from om_lib.records import OMRecord, record_key
+from om_lib.records import OMRecord, Thread, record_key
 from om_lib.reflection import Reflection, ReflectionRejectedError
 from om_lib.resource_scope import reveal_thread_ids
 from om_lib.resource_view import ResourceView
@@ -69,8 +69,11 @@ class MemoryEngine:
         work: BackgroundWork | None = None,
         sleep: Callable[[float], None] | None = None,
         lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+        sweep_interval_s: float | None = None,
     ) -> None:
         self.config = config
+        # How often the scheduled sweeper runs (None: no sweeper, or not known here); only said in `memory_view`.
+        self.sweep_interval_s = sweep_interval_s
         self.settings: ResolvedOMConfig = config.resolved()
         new_id = id_factory or (lambda: uuid.uuid4().hex)
         self.rt = Runtime(
@@ -164,7 +167,7 @@ class MemoryEngine:
         """Do one background job (the worker's entry point; om_lib/jobs.py)."""
         return self.jobs.run(job, deadline=deadline)
 
-    def sweep(self, *, quiet_for: timedelta = timedelta(minutes=30), limit: int = 100) -> list[Job]:
+    def sweep(self, *, quiet_for: timedelta = QUIET_AFTER, limit: int = 100) -> list[Job]:
         """The scheduled sweeper (om_lib/jobs.py)."""
         return self.jobs.sweep(quiet_for=quiet_for, limit=limit)
 
@@ -218,6 +221,7 @@ class MemoryEngine:
             'suggestedResponse': thread.suggested_response,
             'lastObservedAt': iso(record.last_observed_at) if record and record.last_observed_at else None,
             'buffered': actor.buffered_windows(rt, record, thread_id, pending).as_json(projection=False),
+            'upcoming': self._upcoming(record, thread, pending),
             'recentFailures': [
                 {
                     'operationType': f.operation_type,
@@ -231,6 +235,26 @@ class MemoryEngine:
                     resource_id, thread_id if s.scope == 'thread' else None, limit=RECENT_FAILURES
                 )
             ],
+        }
+
+    def _upcoming(self, record: OMRecord | None, thread: Thread, pending: int) -> dict[str, Any]:
+        """When memory will act next: the tokens still to come before the Observer and the Reflector run, and when the
+        sweeper observes this thread if nothing more is said (it observes a quiet thread below the threshold too)."""
+        rt, s = self.rt, self.settings
+        message_threshold = rt.message_threshold(record)
+        observation_threshold = rt.observation_threshold(record) if record else s.observation_tokens
+        observation_tokens = record.observation_tokens if record else 0
+        quiet_at = thread.updated_at + QUIET_AFTER if pending and s.enabled else None
+        every = self.sweep_interval_s
+        return {
+            'observation': {'tokensLeft': max(0, message_threshold - pending) if s.enabled else None},
+            'reflection': {'tokensLeft': max(0, observation_threshold - observation_tokens) if s.enabled else None},
+            'quietSweep': {
+                'quietAfterSeconds': int(QUIET_AFTER.total_seconds()),
+                'intervalSeconds': every,
+                'quietAt': iso(quiet_at) if quiet_at else None,
+                'sweptBy': iso(quiet_at + timedelta(seconds=every)) if quiet_at and every else None,
+            },
         }
 
     def message_statuses(self, resource_id: str, thread_id: str, messages: Sequence[Message]) -> list[OmStatus]:

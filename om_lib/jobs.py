@@ -23,6 +23,10 @@ from om_lib.work import Job
 
 logger = logging.getLogger(__name__)
 
+# The sweeper observes a thread once it has been quiet this long with unobserved messages (below the threshold too),
+# so nothing said waits forever for the conversation to reach `messageTokens`.
+QUIET_AFTER = timedelta(minutes=30)
+
 
 class Jobs(MemoryRooms):
     """The worker's entry points over the pipeline, reflection, buffering and (resource scope) the resource view."""
@@ -106,7 +110,7 @@ class Jobs(MemoryRooms):
             self.rt.submit(Job('reflect', record.resource_id, thread_id, record.key, 'threshold'))
         return record
 
-    def sweep(self, *, quiet_for: timedelta = timedelta(minutes=30), limit: int = 100) -> list[Job]:
+    def sweep(self, *, quiet_for: timedelta = QUIET_AFTER, limit: int = 100) -> list[Job]:
         """The scheduled sweeper: start work for threads that went quiet with something left to do.
 
         A thread whose newest message is older than `quiet_for` and still has unobserved messages gets an

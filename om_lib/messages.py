@@ -104,7 +104,7 @@ class ToolResultPart(_CamelModel):
 
 
 class ReasoningPart(_CamelModel):
-    """Model reasoning. Never counted toward thresholds (the reference counts it as 0)."""
+    """Model reasoning. Never counted toward thresholds (it counts as 0 tokens)."""
 
     type: Literal['reasoning'] = 'reasoning'
     text: str = ''

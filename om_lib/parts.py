@@ -18,7 +18,7 @@ from om_lib.messages import iso
 OperationType = Literal['observation', 'reflection']
 JsonPart = dict[str, Any]
 
-# Why a cycle did not commit (CONTRACT §2, README "Failure reasons").
+# Why a cycle did not commit (docs/operations.md, "Failure reasons", says what each one means).
 FailureReason = Literal[
     'error',
     'timeout',
@@ -117,7 +117,7 @@ class ObservationEnd(OMPart):
 class ObservationFailed(OMPart):
     """`data-om-observation-failed`: nothing was committed; the messages stay unobserved.
 
-    `reason` is ours (CONTRACT §2; the README's failure table says what each one means).
+    `reason` is ours (the failure reasons table of docs/operations.md says what each one means).
     """
 
     TYPE: ClassVar[str] = 'data-om-observation-failed'

@@ -27,6 +27,7 @@ from om_lib.errors import (
     WorkingMemoryDisabledError,
 )
 from om_lib.history import DEFAULT_PER_PAGE, DateRange, Include
+from om_lib.jobs import QUIET_AFTER
 from om_lib.llm import FunctionDeclaration
 from om_lib.messages import Message
 from om_lib.parts import CycleParts
@@ -316,7 +317,7 @@ class MemoryService:
             return CycleParts()
         return self.engine.run_job(job, deadline=deadline)
 
-    def sweep(self, *, quiet_for: timedelta = timedelta(minutes=30)) -> list[Job]:
+    def sweep(self, *, quiet_for: timedelta = QUIET_AFTER) -> list[Job]:
         """The scheduled sweeper: start work for quiet threads and records due for reflection."""
         return self.engine.sweep(quiet_for=quiet_for)
 

@@ -6,7 +6,7 @@ Modes (`OM_AUTH_MODE`):
   only arrive through a misconfigured stage).
 - `jwt`: a Cognito/JWT authorizer verified the token; its claim `OM_AUTH_CLAIM` (default `sub`) must equal the
   request's resourceId (403 otherwise, 401 without claims).
-- `none`: no checks. Only for the local stack or a deployment that explicitly opts out (documented in the README).
+- `none`: no checks. Only for the local stack or a deployment that explicitly opts out (docs/api.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The API's documented size limits, defined once (the README's "Limits" table lists exactly these; a test checks it).
+"""The API's documented size limits, defined once (docs/api.md lists exactly these; a test checks it).
 
 Passing one is 413 `too_large`, whose message and `details` name the field and the limit. The request models take
 their constraints from here through `AtMost` annotations, which also document each limit in the OpenAPI document
@@ -46,7 +46,7 @@ MAX_FILENAME_CHARS = 255
 
 @dataclass(frozen=True)
 class Limit:
-    """One row of the README's table."""
+    """One row of the limits table in docs/api.md."""
 
     what: str
     value: int

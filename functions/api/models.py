@@ -252,8 +252,45 @@ class ThresholdsOut(_Model):
     block_after: BlockAfterOut
 
 
+class TokensLeftOut(_Model):
+    """How far a threshold is."""
+
+    tokens_left: int | None = Field(
+        description='Tokens still to come before it is reached (0: reached, the next step or turn acts); null when '
+        'observational memory is off.'
+    )
+
+
+class QuietSweepOut(_Model):
+    """When the scheduled sweeper observes this thread if nothing more is said (it observes a quiet thread below the
+    threshold too)."""
+
+    quiet_after_seconds: int = Field(description='A thread counts as quiet this long after its newest message.')
+    interval_seconds: float | None = Field(description='How often the sweeper runs; null when no sweeper runs.')
+    quiet_at: str | None = Field(
+        description='When this thread counts as quiet if nothing more is said; null when nothing is unobserved.'
+    )
+    swept_by: str | None = Field(
+        description='The sweeper has observed it by then (the first run after `quietAt`); null when no sweeper runs or '
+        'nothing is unobserved.'
+    )
+
+
+class UpcomingOut(_Model):
+    """When memory will act next."""
+
+    observation: TokensLeftOut = Field(
+        description='Unobserved message tokens until the Observer runs (`thresholds.messageTokens`). In resource '
+        'scope other threads’ messages count too, so it can come sooner.'
+    )
+    reflection: TokensLeftOut = Field(
+        description='Observation tokens until the Reflector condenses the log (`thresholds.observationTokens`).'
+    )
+    quiet_sweep: QuietSweepOut
+
+
 class FailureOut(_Model):
-    """A failure kept for `recentFailures` (README "Failure reasons" explains each `reason`)."""
+    """A failure kept for `recentFailures` (the failure reasons page of the docs explains each `reason`)."""
 
     operation_type: Literal['observation', 'reflection']
     reason: str
@@ -279,6 +316,7 @@ class MemoryOut(_Model):
     suggested_response: str | None
     last_observed_at: str | None
     buffered: BufferedOut
+    upcoming: UpcomingOut = Field(description='When memory will act next: observation, reflection, the quiet sweep.')
     recent_failures: list[FailureOut] = Field(description='The last 20 failures of this memory, newest first.')
 
 
@@ -334,7 +372,7 @@ class ErrorBody(_Model):
 
 
 class ErrorOut(_Model):
-    """Every error answer (CONTRACT §2 "Errors")."""
+    """Every error answer: `{"error": {"code", "message", "details"}}`."""
 
     error: ErrorBody
 

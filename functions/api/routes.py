@@ -42,9 +42,9 @@ from om_lib.records import Thread
 router = APIGatewayRouter()  # type: ignore[no-untyped-call]  # Powertools leaves __init__ unannotated
 
 # Every id in a path or a query string follows the one id grammar (om_lib.ids): else 422 `invalid_id`.
-ThreadId = Annotated[Id, Path()]
-ResourceIdPath = Annotated[Id, Path()]
-ResourceIdQuery = Annotated[Id, Query()]
+ThreadId = Annotated[Id, Path(description='The conversation; thread ids are scoped to their resource.')]
+ResourceIdPath = Annotated[Id, Path(description='Whose memory: a user or tenant.')]
+ResourceIdQuery = Annotated[Id, Query(description='Whose memory: a user or tenant; the thread must belong to it.')]
 OptionalResourceIdQuery = Annotated[Id | None, Query()]
 Page = Annotated[int, Query(ge=0, le=1_000_000)]
 PerPage = Annotated[int, Query(ge=1, le=1000)]

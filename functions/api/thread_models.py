@@ -88,7 +88,7 @@ class IncludeIn(_Model):
 
 
 class MessagesQueryIn(_Model):
-    """`POST /threads/{threadId}/messages/query`: the seed's `recall()`.
+    """`POST /threads/{threadId}/messages/query`: a page of a thread's messages with chosen ones and their neighbours.
 
     `perPage: false` (or null) asks for every message; `perPage: 0` for the included messages only.
     """

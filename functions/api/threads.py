@@ -119,7 +119,7 @@ def clone_thread(threadId: ThreadId, body: Annotated[ThreadCloneIn, Body()]) -> 
 
 @router.post(
     '/threads/<threadId>/messages/query',
-    summary='Query a thread’s messages (the seed’s recall())',
+    summary='Query a thread’s messages: a page, chosen messages with their neighbours, or by meaning',
     description=(
         'A page of messages (oldest first; `perPage: false` for all, `0` for only the included ones), filtered by '
         '`dateRange` on `createdAt` (inclusive), plus each `include` message with its `withPreviousMessages` / '

@@ -40,5 +40,12 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     job = Job.from_json(event['job'])
     result = _wiring.service().workflow_task(task, job, owner)
     record_workflow_metrics(task, result, event.get('error'))
+    if task == 'release':
+        # The failure path: one line that says what happened in words (the workflow's own failure names no cause).
+        logger.warning(
+            'reflection not committed; the previous observations were kept (GET …/memory lists why in recentFailures)',
+            error=event.get('error'),
+            record_key=job.record_key,
+        )
     logger.info('reflection task done', task=task, record_key=job.record_key, owner=owner, result=result)
     return result

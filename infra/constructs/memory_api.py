@@ -186,7 +186,7 @@ class MemoryApi(Construct):
                 'Callers authenticate with IAM (SigV4), the default (CONTRACT §4); Cognito is the authMode=jwt option.',
             )
         elif self.auth.mode == 'none':
-            reason = 'authMode=none was requested explicitly (documented in the README); the API has no authorizer.'
+            reason = 'authMode=none was requested explicitly (documented in docs/api.md); the API has no authorizer.'
             acknowledge(self.api, 'COG4', reason)
             acknowledge(self.api, 'APIG4', reason)
 

@@ -58,6 +58,14 @@ def test_memory_observations_and_queries(stack: LocalStack, resource_id: str, th
 
         assert 'Portugal' in memory.observations and memory.thresholds is not None
         assert memory.thresholds.message_tokens == 400
+        # When memory acts next, typed: tokens left to each threshold; no sweeper runs on this stack
+        assert memory.upcoming is not None
+        assert memory.upcoming.observation.tokens_left == max(0, 400 - memory.pending_message_tokens)
+        assert memory.upcoming.reflection.tokens_left == max(
+            0, memory.thresholds.observation_tokens - memory.observation_tokens
+        )
+        assert memory.upcoming.quiet_sweep.quiet_after_seconds == 1800
+        assert memory.upcoming.quiet_sweep.interval_seconds is None and memory.upcoming.quiet_sweep.swept_by is None
         step = om.step(thread_id)
         assert 'Portugal' in step.system and {t.name for t in step.tools} >= {'recall'}
         first = om.messages(thread_id, per_page=2)

@@ -218,7 +218,7 @@ def assert_readable(page: Any) -> None:
 
 
 def screenshot(page: Any, artifacts: Path, name: str, *, docs: bool = False) -> None:
-    """Save the page (all of it) as `<artifacts>/<name>.png`; `docs`: also the README's screenshot (on request)."""
+    """Save the page (all of it) as `<artifacts>/<name>.png`; `docs`: also docs/inspector.png (on request)."""
     path = artifacts / f'{name}.png'
     page.screenshot(path=str(path), full_page=True)
     assert path.stat().st_size > 10_000, path

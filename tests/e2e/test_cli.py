@@ -1,6 +1,7 @@
 """The `om` command as a newcomer runs it: each mistake is one clear message (what was wrong, how to fix it), exit
 status 2, never a traceback; `om invoke` says which stack it used and can reuse a running `om serve`; `dev.py`
-passes Ctrl-C and SIGTERM on to what it runs and leaves nothing running (issue 21, items 1, 2, 4, 5).
+passes Ctrl-C and SIGTERM on to what it runs and leaves nothing running; `om chat`'s commands work on the default
+configuration (or say what to enable) and say when memory will act; the quiet log speaks in words.
 
 Each command runs in its own process, as a user would start it, with no model credentials and no AWS endpoint.
 """
@@ -102,6 +103,36 @@ def test_cli_invoke_with_a_missing_or_broken_event_file_names_the_samples(tmp_pa
     broken.write_text('{"detail": ')
     assert_usage_error(om('invoke', 'api', str(broken)), 'is not JSON', 'events/api/')
     assert_usage_error(om('invoke', 'nope', str(broken)), "invalid choice: 'nope'")
+
+
+@pytest.mark.parametrize(
+    ('args', 'fragments'),
+    [
+        (['serve', '--port', '99999'], ["om serve: argument --port: '99999' is not a port", '0 for any free one']),
+        (['serve', '--port', '-1'], ["'-1' is not a port"]),
+        (['inspect', '--api-url', 'http://x', '--port', '70000'], ["om inspect: argument --port: '70000'"]),
+        (['serve', '--sweep-interval', '-5'], ["argument --sweep-interval: '-5' is not a number of seconds"]),
+        (['demo', '--out', '/no/such/dir/x.png'], ['om demo: --out /no/such/dir/x.png', 'does not exist']),
+        (['chat', '--thread', 'bad/id'], ["om chat: --thread 'bad/id' contains a slash", 'ids are 1-128']),
+        (['serve', '--no-such-option'], ['om serve: unrecognized arguments: --no-such-option', 'om serve --help']),
+    ],
+)
+def test_cli_each_mistake_is_one_line_and_exit_status_2_before_anything_runs(args, fragments):
+    result = om(*args, timeout=30)
+    assert_usage_error(result, *fragments)
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert 'starting the local stack' not in result.stdout  # `om demo` checked --out before it ran
+
+
+def test_cli_help_lists_the_chat_commands_one_a_line_and_no_empty_defaults():
+    result = om('chat', '--help')
+    assert result.returncode == 0, result.stderr
+    assert '\n  /memory ' in result.stdout and '\n  /recall [QUERY] ' in result.stdout  # one command a line
+    assert '(default: None)' not in result.stdout and ') (default:' not in result.stdout
+    assert '(default: me)' in ' '.join(result.stdout.split()) and '(default: t1)' in ' '.join(result.stdout.split())
+    for command in ('serve', 'invoke', 'inspect', 'demo'):
+        text = om(command, '--help').stdout
+        assert '(default: None)' not in text and '(default: False)' not in text, command
 
 
 def test_cli_a_config_without_a_model_runs_on_the_default_model_and_invoke_says_which_stack(tmp_path):
@@ -229,6 +260,81 @@ def test_dev_py_forwards_the_signal_and_leaves_no_om_serve_running(how):
         urllib.request.urlopen(f'{url}/health', timeout=2)
 
 
+def test_cli_the_quiet_log_says_a_failed_reflection_in_words_without_emulator_internals(tmp_path):
+    from tests.fakes.fake_gemini import FakeGemini, FakeReply, fake_gemini_env
+
+    def models(request):  # the Observer writes a log; the Reflector's model refuses the request: the workflow fails
+        if 'observation reflector' in request.system_text:
+            return FakeReply.error(400, 'the reflector model refuses this request')
+        if 'You are the memory of an AI assistant' in request.system_text:
+            lines = '\n'.join(f'* 🔴 (09:{i:02d}) User stated fact {i} about the launch plan' for i in range(12))
+            return FakeReply.text(f'<observations>\nDate: Mar 3, 2025\n{lines}\n</observations>')
+        return FakeReply.text('ok')
+
+    config = tmp_path / 'om.json'
+    config.write_text(
+        json.dumps(
+            {'observation': {'messageTokens': 200, 'bufferTokens': False}, 'reflection': {'observationTokens': 300}}
+        )
+    )
+    port = free_port()
+    url = f'http://127.0.0.1:{port}'
+    with FakeGemini(models) as gemini:
+        serve = subprocess.Popen(
+            [
+                sys.executable,
+                '-m',
+                'om_cli.main',
+                'serve',
+                '--port',
+                str(port),
+                '--config',
+                str(config),
+                '--sweep-interval',
+                '0',
+            ],
+            cwd=ROOT,
+            env=clean_env(**fake_gemini_env(gemini)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_for_health(url)
+
+            def memory() -> dict:
+                with urllib.request.urlopen(f'{url}/threads/t0/memory?resourceId=me', timeout=10) as response:
+                    return json.loads(response.read())
+
+            # Turns only: each turn queues the observation that is due (the worker does it), and once the log is past
+            # observationTokens the reflection workflow starts, whose Reflector call fails for good
+            words = ' '.join(f'launch plan owner deadline budget {n}' for n in range(50))
+            deadline = time.monotonic() + 60
+            failures: list = []
+            while not failures and time.monotonic() < deadline:
+                body = {
+                    'resourceId': 'me',
+                    'messages': [{'role': 'user', 'content': words}, {'role': 'assistant', 'content': 'ok'}],
+                }
+                headers = {'Content-Type': 'application/json'}
+                request = urllib.request.Request(
+                    f'{url}/threads/t0/turns', data=json.dumps(body).encode(), headers=headers
+                )
+                urllib.request.urlopen(request, timeout=30).close()
+                while memory()['pendingMessageTokens'] and time.monotonic() < deadline:
+                    time.sleep(0.2)  # the worker observes what the turn queued
+                time.sleep(1)  # and the workflow it started runs
+                failures = memory()['recentFailures']
+            assert [f['operationType'] for f in memory()['recentFailures']][:1] == ['reflection']
+        finally:
+            serve.send_signal(signal.SIGINT)
+            out, err = serve.communicate(timeout=60)
+    log = out + err
+    assert 'reflection not committed; the previous observations were kept' in log, log
+    assert 'object at 0x' not in log and 'moto.' not in log and 'Exception=' not in log, log
+    assert 'Traceback' not in log
+
+
 # -- item 3: om chat's commands ---------------------------------------------------------------------------------------
 def test_cli_chat_commands_show_memory_threads_recall_and_switch_threads(monkeypatch):
     import io
@@ -238,24 +344,54 @@ def test_cli_chat_commands_show_memory_threads_recall_and_switch_threads(monkeyp
     for name in DROPPED_ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv('AWS_ENDPOINT_URL', raising=False)
-    config = {'retrieval': True, 'observation': {'messageTokens': 300, 'bufferTokens': False}}
-    with LocalStack(port=0, sweep_interval_s=None, config=config) as stack:
+    # The default configuration (no retrieval, no vectors), with the sweeper running every 60 s as in `om serve`
+    with LocalStack(port=0, sweep_interval_s=60) as stack:
         out = io.StringIO()
         chat = Chat(stack.url, 'ana', 'trip', out=out)
         assert chat.handle('My name is Ana and I live in Porto. ' + 'I love long walks by the river. ' * 20)
-        assert 'assistant> (offline model)' in out.getvalue() and '[memory] messages' in out.getvalue()
-        assert chat.handle('Where do I live?')  # the second turn observes the first (offline model)
-        for command in ('/help', '/memory', '/threads', '/recall', '/new side-quest', '/threads', '/nope'):
+        first = out.getvalue()
+        assert 'assistant> (offline model)' in first
+        # After the reply: how far memory is from acting, from GET …/memory
+        assert '[memory] observation in ' in first and ' tokens (' in first and 'reflection in 40,000 tokens' in first
+        for command in ('/help', '/memory', '/threads', '/recall', '/recall river walks', '/new side-quest'):
             assert chat.handle(command)
+        assert chat.handle('/new bad/id') and chat.thread == 'side-quest'  # refused with the API's id rule
+        assert chat.handle('/recall') and chat.handle('/nope')
         assert chat.handle('/quit') is False
     text = out.getvalue()
     assert '/recall [QUERY]' in text and '/memory' in text  # /help
-    assert 'messages      [' in text and 'observations  [' in text and 'tokens' in text  # token bars
-    assert 'User stated: My name is Ana' in text or 'name is Ana' in text  # the observation log
+    assert 'messages      [' in text and 'observations  [' in text and 'the Observer runs in ' in text  # /memory
+    assert 'the Reflector runs in 40,000 more' in text
+    assert 'quiet thread: if nothing more is said, the sweeper observes it by ' in text and '30 min after' in text
     assert '  trip' in text and '← current' in text  # /threads
-    assert 'I live in Porto' in text  # /recall: the thread's raw history from its start
-    assert "now in thread 'side-quest'" in text and chat.thread == 'side-quest'
+    # /recall on the default configuration: the thread's messages from its start, written for a reader
+    assert "messages 1-2 of thread 'trip', oldest first:" in text and 'you (not observed yet): My name is Ana' in text
+    assert 'cursor=' not in text and 'detail=' not in text and 'call recall' not in text
+    # /recall QUERY without vectors says what to enable
+    assert 'searching by meaning needs vectors: add "retrieval": {"vector": true}' in text
+    assert "now in thread 'side-quest'" in text
+    assert "thread id 'bad/id' contains a slash ('/'); ids are 1-128" in text and "still in thread 'side-quest'" in text
+    assert "(thread 'side-quest' has no messages yet: say something to start it)" in text  # /recall, a new thread
     assert 'unknown command /nope; /help lists the commands' in text
+
+
+def test_cli_chat_recall_query_finds_messages_by_meaning_when_vectors_are_on(monkeypatch):
+    import io
+
+    from om_cli.main import Chat
+
+    for name in DROPPED_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv('AWS_ENDPOINT_URL', raising=False)
+    config = {'retrieval': {'vector': True}}
+    with LocalStack(port=0, sweep_interval_s=None, config=config, env={'OM_EMBEDDING_MODEL': 'hashing'}) as stack:
+        out = io.StringIO()
+        chat = Chat(stack.url, 'ana', 'trip', out=out)
+        for line in ('My cello lesson is on Thursdays.', 'The weather in Lisbon is sunny.', '/recall cello lesson'):
+            assert chat.handle(line)
+    text = out.getvalue()
+    assert "message(s) like 'cello lesson', with their neighbours:" in text, text
+    assert ' you: My cello lesson is on Thursdays.' in text, text
 
 
 def test_cli_chat_escapes_ids_in_paths_and_queries(monkeypatch):

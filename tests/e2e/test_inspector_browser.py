@@ -149,6 +149,25 @@ def test_the_page_shows_what_the_api_says(page, stack, api, trip, artifacts) -> 
     screenshot(page, artifacts, 'messages')
 
 
+def test_one_date_heading_however_many_groups_repeat_the_date(page, stack, api) -> None:
+    # Given a log of several observation batches (retrieval groups), each starting with the same `Date:` line
+    for n in range(18):  # two observations, not yet reflected (300 observation tokens)
+        chat(api, 'groups', f'My number {n} is {n * 7}.', resource='bob')
+        stack.drain()
+    view = wait_for(
+        lambda: next((v for v in [memory(api, 'groups', 'bob')] if v['observations'].count('Date:') > 1), None)
+    )
+    dates = [line.split(':', 1)[1].strip() for line in view['observations'].splitlines() if line.startswith('Date:')]
+    assert len(dates) > len(set(dates)), dates
+    # Then the page shows each date once, in the log's order, with every line under it
+    page.goto(url(stack, resourceId='bob', threadId='groups'))
+    ready(page)
+    headings = page.eval_on_selector_all('#log .date', 'dates => dates.map(d => d.textContent)')
+    assert headings == list(dict.fromkeys(dates)), headings
+    shown = page.eval_on_selector_all('#log .obs', 'lines => lines.map(l => l.dataset.raw)')
+    assert shown == observation_lines(view['observations'])
+
+
 def test_the_search_box_filters_lines(page, stack, api, trip) -> None:
     lines = observation_lines(memory(api, trip)['observations'])
     word = next(w for w in ('lisbon', 'porto', 'condensed', 'miso') if any(w in line.lower() for line in lines))
@@ -219,7 +238,10 @@ def test_empty_memory_a_missing_thread_and_an_api_error_each_say_so(page, stack,
     chat(api, 'quiet', 'Hi.')
     page.goto(url(stack, resourceId=RESOURCE, threadId='quiet'))
     ready(page)
-    assert page.locator('#log-empty').inner_text().startswith('Nothing observed yet.')
+    empty = page.locator('#log-empty').inner_text()
+    assert empty.startswith('Nothing observed yet.'), empty
+    # and when the sweeper would observe it (no sweeper runs on this test stack)
+    assert 'it counts as quiet at ' in empty and 'no sweeper runs on this stack' in empty, empty
     assert page.locator('#failures .empty').inner_text() == 'No failures recorded for this memory.'
 
     page.goto(url(stack, resourceId=RESOURCE, threadId='no-such-thread'))

@@ -75,21 +75,21 @@ def variant(variant_stack: tuple[OmStack, Any]) -> Resources:
     return variant_stack[1].to_json()['Resources']
 
 
-# A Bedrock inference profile's foundation model is granted in every region, acknowledged per model: the README lists
+# A Bedrock inference profile's foundation model is granted in every region, acknowledged per model: the docs list
 # the finding once, with `<model>` for the id.
 _FOUNDATION_MODEL = re.compile(r'(bedrock:\*::foundation-model/).+$')
 
 
 def assert_nag_clean_and_listed_in_readme(outdir: Path) -> None:
-    """The synthesised app in `outdir` has no unacknowledged AwsSolutions finding, and the README lists each
+    """The synthesised app in `outdir` has no unacknowledged AwsSolutions finding, and docs/deployment.md lists each
     acknowledged one (rule, resource and, for wildcards, the exact finding) with a written reason."""
     report = json.loads((outdir / 'validation-report.json').read_text())
     plugins = {plugin['pluginName']: plugin for plugin in report['pluginReports']}
     assert set(plugins) == {'AwsSolutions'}
     plugin = plugins['AwsSolutions']
     assert plugin['conclusion'] == 'success' and not plugin['violations'], plugin['violations']
-    text = (REPO_ROOT / 'README.md').read_text(encoding='utf-8')
-    start = text.index('### cdk-nag findings we accept')
+    text = (REPO_ROOT / 'docs' / 'deployment.md').read_text(encoding='utf-8')
+    start = text.index('## cdk-nag findings we accept')
     readme = text[start : text.index('\n## ', start)]
     for acknowledged in plugin['suppressedViolations']:
         rule = acknowledged['acknowledgedId'].split('::', 1)[1]  # AwsSolutions-IAM5[Resource::*]
@@ -101,7 +101,7 @@ def assert_nag_clean_and_listed_in_readme(outdir: Path) -> None:
             assert '[' in rule, rule
         base, _, finding = rule.partition('[')
         lines = [line for line in readme.splitlines() if f'`{base}`' in line and f'`{where}`' in line]
-        assert lines, f'README "cdk-nag findings we accept" lists no {base} on {where}'
+        assert lines, f'docs/deployment.md "cdk-nag findings we accept" lists no {base} on {where}'
         if finding:
             listed = _FOUNDATION_MODEL.sub(r'\1<model>', finding.rstrip(']'))
             assert any(f'`{listed}`' in line for line in lines), (base, where, finding)

@@ -1,4 +1,4 @@
-"""The pure parts of hostile-input handling: the id grammar, strict JSON, the limits and their README table."""
+"""The pure parts of hostile-input handling: the id grammar, strict JSON, the limits and their table in docs/api.md."""
 
 from __future__ import annotations
 
@@ -95,10 +95,10 @@ def test_a_body_is_admitted_as_utf8_text_or_refused_before_it_is_parsed():
     assert 'not UTF-8' in json.loads(refusal['body'])['error']['message']
 
 
-def test_the_readme_documents_every_limit():
-    readme = (ROOT / 'README.md').read_text(encoding='utf-8')
+def test_the_api_guide_documents_every_limit():
+    guide = (ROOT / 'docs' / 'api.md').read_text(encoding='utf-8')
     for limit in limits.LIMITS:
-        assert f'| {limit.what} | {limit.value:,} {limit.unit} |' in readme, limit
+        assert f'| {limit.what} | {limit.value:,} {limit.unit} |' in guide, limit
 
 
 def test_a_record_key_sqs_cannot_take_as_a_group_id_is_hashed():

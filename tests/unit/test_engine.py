@@ -539,6 +539,38 @@ def test_sweeper_observes_quiet_threads_and_clears_done_ones():
     assert h.store.list_attention(quiet_since=h.clock.now()) == []
 
 
+def test_the_memory_view_says_when_memory_will_act_and_the_sweeper_keeps_that_promise():
+    from datetime import datetime
+
+    h = Harness(config(message_tokens=100, observation_tokens=1000))
+    with_work(h)
+    h.engine.sweep_interval_s = 300.0  # the schedule, as deployed
+    h.step(h.user(words(30)))
+    h.engine.complete_turn('r1', 't1', [h.assistant(words(10))])
+    said_at = h.store.get_thread('r1', 't1').updated_at
+    view = h.engine.memory_view('r1', 't1')
+    upcoming = view['upcoming']
+    assert upcoming['observation'] == {'tokensLeft': 100 - view['pendingMessageTokens']}
+    assert 0 < upcoming['observation']['tokensLeft'] < 100
+    assert upcoming['reflection'] == {'tokensLeft': 1000}
+    sweep = upcoming['quietSweep']
+    quiet_at = datetime.fromisoformat(sweep['quietAt'].replace('Z', '+00:00'))
+    assert sweep['quietAfterSeconds'] == 1800 and sweep['intervalSeconds'] == 300.0
+    assert quiet_at == said_at + timedelta(minutes=30)
+    assert datetime.fromisoformat(sweep['sweptBy'].replace('Z', '+00:00')) == quiet_at + timedelta(minutes=5)
+    # Before quietAt the sweeper leaves the thread alone; once past it, it observes the thread below the threshold
+    h.clock.advance(quiet_at - h.clock.now() - timedelta(seconds=30))
+    assert h.engine.sweep() == []
+    h.clock.advance(timedelta(seconds=60))
+    assert [(j.kind, j.thread_id) for j in h.engine.sweep()] == [('observe', 't1')]
+    # Nothing unobserved: no sweep to announce; past the threshold: 0 tokens left
+    h.model.script('observer', OBS_A)
+    h.engine.observe_now('r1', 't1')
+    assert h.engine.memory_view('r1', 't1')['upcoming']['quietSweep']['quietAt'] is None
+    h.step(h.user(words(150)))
+    assert h.engine.memory_view('r1', 't1')['upcoming']['observation'] == {'tokensLeft': 0}
+
+
 # -- review fixes: trouble after the save, leases, sweeper, ids ---------------------------------------------------
 
 

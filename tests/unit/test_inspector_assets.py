@@ -1,4 +1,4 @@
-"""The inspector's files: one explanation per failure reason, the same as README "Failure reasons", for every reason
+"""The inspector's files: one explanation per failure reason, the same as the docs' "Failure reasons", for every reason
 the engine can report; the page loads only its own files."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 from functions.api import inspector
 from om_lib.parts import FailureReason
 
-README = Path(__file__).resolve().parents[2] / 'README.md'
+OPERATIONS = Path(__file__).resolve().parents[2] / 'docs' / 'operations.md'
 
 
-def readme_failure_table() -> list[dict[str, str]]:
-    section = README.read_text(encoding='utf-8').split('\n## Failure reasons\n', 1)[1].split('\n## ', 1)[0]
+def documented_failure_table() -> list[dict[str, str]]:
+    section = OPERATIONS.read_text(encoding='utf-8').split('\n## Failure reasons\n', 1)[1].split('\n## ', 1)[0]
     rows = []
     for line in section.splitlines():
         if line.startswith('| `'):
@@ -23,8 +23,8 @@ def readme_failure_table() -> list[dict[str, str]]:
     return rows
 
 
-def test_the_page_explains_each_failure_reason_as_the_readme_does() -> None:
-    assert inspector.failure_reasons() == readme_failure_table()
+def test_the_page_explains_each_failure_reason_as_the_docs_do() -> None:
+    assert inspector.failure_reasons() == documented_failure_table()
 
 
 def test_every_reason_the_engine_reports_has_an_explanation() -> None:

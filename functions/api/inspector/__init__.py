@@ -56,7 +56,7 @@ def asset(name: str) -> tuple[bytes, str] | None:
 
 
 def failure_reasons() -> list[dict[str, Any]]:
-    """The failure reasons the page explains: `[{reason, meaning, next, youCan}]` (README "Failure reasons" is the same
-    table; a test keeps them equal)."""
+    """The failure reasons the page explains: `[{reason, meaning, next, youCan}]` (the table in docs/operations.md is
+    the same; a test keeps them equal)."""
     reasons: list[dict[str, Any]] = json.loads(_read('failure-reasons.json'))['reasons']
     return reasons

@@ -386,13 +386,16 @@
       if (/^\s*<\/?observation-group\b/.test(line)) continue; // retrieval bookkeeping, not the Observer's words
       match = line.match(/^\s*--- message boundary \((.+)\) ---$/);
       if (match) {
-        top().children.push({ kind: 'boundary', at: match[1] });
-        top().date = null;
+        // Inside the current date group: the same date after it continues that group, under one heading.
+        (top().date || top()).children.push({ kind: 'boundary', at: match[1] });
         continue;
       }
       match = line.match(/^\s*Date:\s*(.+)$/);
       if (match) {
-        const group = { kind: 'date', date: match[1], children: [] };
+        // Each observation batch (a buffered chunk, a retrieval group) starts with its own `Date:` line: the same
+        // date as the open group adds to it instead of repeating the heading.
+        if (top().date && top().date.date === match[1].trim()) continue;
+        const group = { kind: 'date', date: match[1].trim(), children: [] };
         top().children.push(group);
         top().date = group;
         continue;
@@ -429,6 +432,16 @@
     return { kind: 'obs', raw: line, sub, priority, time, text: rest };
   }
 
+  // `: by 2026-11-28 10:42 UTC, 30 minutes after its last message` when the API says when the sweeper comes.
+  function sweptBy(m) {
+    const sweep = (m.upcoming || {}).quietSweep || {};
+    if (!sweep.quietAt) return '';
+    const minutes = Math.round((sweep.quietAfterSeconds || 0) / 60);
+    return sweep.sweptBy
+      ? ` (if nothing more is said, by ${when(sweep.sweptBy)}: ${minutes} minutes after its last message)`
+      : ` (it counts as quiet at ${when(sweep.quietAt)}, but no sweeper runs on this stack)`;
+  }
+
   function renderLog() {
     const box = $('log');
     const m = state.memory;
@@ -440,7 +453,7 @@
           'p',
           { class: 'empty', id: 'log-empty' },
           `Nothing observed yet. The Observer runs once this memory’s unobserved messages pass ${threshold} tokens ` +
-            `(now ${pending}), or when a quiet thread is swept.`,
+            `(now ${pending}), or when a quiet thread is swept` + sweptBy(m) + '.',
         ),
       );
       $('log-count').textContent = '';

@@ -277,6 +277,29 @@ class RecentFailure(WireModel):
     at: str | None = None
 
 
+class TokensLeft(WireModel):
+    """How far a threshold is: `tokens_left` (0: reached; None when observational memory is off)."""
+
+    tokens_left: int | None = None
+
+
+class QuietSweep(WireModel):
+    """When the scheduled sweeper observes the thread if nothing more is said (times are ISO 8601, UTC)."""
+
+    quiet_after_seconds: int = 0
+    interval_seconds: float | None = None
+    quiet_at: str | None = None
+    swept_by: str | None = None
+
+
+class Upcoming(WireModel):
+    """When memory will act next: tokens until observation and reflection, and the quiet-thread sweep."""
+
+    observation: TokensLeft = Field(default_factory=TokensLeft)
+    reflection: TokensLeft = Field(default_factory=TokensLeft)
+    quiet_sweep: QuietSweep = Field(default_factory=QuietSweep)
+
+
 class MemoryStatus(WireModel):
     """`GET /threads/{id}/memory`: the observation log, token counts, thresholds and hints."""
 
@@ -291,6 +314,7 @@ class MemoryStatus(WireModel):
     suggested_response: str | None = None
     last_observed_at: str | None = None
     buffered: Buffered | None = None
+    upcoming: Upcoming | None = None
     recent_failures: list[RecentFailure] | None = None
 
 
