@@ -69,6 +69,11 @@ class ServiceSettings(BaseModel):
     )
     OM_AUTH_MODE: Literal['iam', 'jwt', 'none'] = Field(default='iam', description='How callers are identified.')
     OM_AUTH_CLAIM: str = Field(default='sub', description='JWT claim that must equal resourceId (OM_AUTH_MODE=jwt).')
+    OM_ALLOWED_ORIGINS: str = Field(
+        default='',
+        description="Web origins besides the API's own whose pages may send requests that change data, comma-separated "
+        '(`https://app.example.com,http://localhost:5173`); they also get CORS answers. Any other origin is refused.',
+    )
     OM_INSPECTOR: bool = Field(
         default=False,
         description='Serve the memory inspector page at GET /inspector (behind the same authentication as the API).',
@@ -87,6 +92,14 @@ class ServiceSettings(BaseModel):
         le=3072,
         description='Stored vector size (Gemini, Titan v2: 256/512/1024, OpenAI).',
     )
+
+    @field_validator('OM_ALLOWED_ORIGINS')
+    @classmethod
+    def _check_origins(cls, value: str) -> str:
+        from functions.origins import parse_origins
+
+        parse_origins(value)  # a ValueError naming the entry that is not an origin
+        return value
 
     @field_validator('OM_EMBEDDING_MODEL')
     @classmethod

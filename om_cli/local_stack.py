@@ -367,9 +367,6 @@ def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
 
         def _dispatch(self) -> None:
             started = time.monotonic()
-            if self.command == 'GET' and self.path == DESCRIBE_PATH:
-                self._send(200, {'Content-Type': 'application/json'}, json.dumps(stack.describe()).encode())
-                return
             length = int(self.headers.get('Content-Length') or 0)
             if length > MAX_REQUEST_BYTES:
                 self.close_connection = True  # the body is not read: the connection cannot be reused
@@ -428,6 +425,15 @@ def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
 
 _FORWARDED_METHODS = ('DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT')
 _TOO_LARGE = 'the request body is larger than the 10 MB API Gateway accepts; upload big files via POST /attachments'
+
+
+def _is_loopback(address: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(address.removeprefix('::ffff:')).is_loopback
+    except ValueError:
+        return False
 
 
 def _proxy_result(result: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
@@ -538,12 +544,41 @@ class LocalStack:
 
     @property
     def api_handler(self) -> ApiHandler:
-        """The API function's handler."""
+        """The API function's handler, with the local stack's own route (`GET DESCRIBE_PATH`) in front of it."""
         if self._api_handler is None:
             module = importlib.import_module('functions.api.handler')
             isolate_requests(module.app)  # requests run on concurrent threads here; Lambda runs one at a time
             self._api_handler = handler_for('api')  # through handler_for, like every function (metering wraps it)
-        return self._api_handler
+        api = self._api_handler
+
+        def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
+            if event.get('httpMethod') == 'GET' and event.get('path') == DESCRIBE_PATH:
+                return self.describe_answer(event)
+            return api(event, context)
+
+        return handle
+
+    def describe_answer(self, event: Mapping[str, Any]) -> dict[str, Any]:
+        """`GET DESCRIBE_PATH` as a proxy result: the stack's description, for `om invoke --stack` on this machine.
+
+        It names the emulator's endpoint, which takes any request without the API's checks, so it is answered only to
+        a loopback caller, and only to one the API itself would take (in `OM_AUTH_MODE=none`, anyone on loopback).
+        """
+        from functions import _wiring
+        from functions.api import auth
+        from functions.api.errors import ApiError, proxy_error
+
+        headers = {'Content-Type': 'application/json', 'X-Content-Type-Options': 'nosniff'}
+        source = str(((event.get('requestContext') or {}).get('identity') or {}).get('sourceIp') or '')
+        if not _is_loopback(source):
+            refusal = proxy_error(403, 'forbidden', 'the local stack describes itself to programs on its own machine')
+            return {**refusal, 'headers': headers}
+        settings = _wiring.settings()
+        try:
+            auth.identify(event, settings.OM_AUTH_MODE, settings.OM_AUTH_CLAIM)
+        except ApiError as exc:
+            return {**proxy_error(exc.status, exc.code, exc.message), 'headers': headers}
+        return {'statusCode': 200, 'headers': headers, 'body': json.dumps(self.describe()), 'isBase64Encoded': False}
 
     def start(self) -> LocalStack:
         """Start AWS (or connect), create resources, set the functions' environment, then workers and HTTP."""

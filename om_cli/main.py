@@ -45,6 +45,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     check_config(args.config)
     check_port_free(args.host, args.port)
     env: dict[str, str] = {}
+    if args.allow_origin:
+        from functions.origins import parse_origins
+
+        try:
+            parse_origins(','.join(args.allow_origin))
+        except ValueError as exc:
+            raise UsageError(f'--allow-origin: {exc}') from exc
+        env['OM_ALLOWED_ORIGINS'] = ','.join(args.allow_origin)
     local_logs.configure(verbose=args.verbose, env=env)
     try:
         stack = LocalStack(
@@ -492,6 +500,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=60.0,
         metavar='S',
         help='seconds between sweeper runs, e.g. 10 (0: never)',
+    )
+    serve.add_argument(
+        '--allow-origin',
+        action='append',
+        metavar='ORIGIN',
+        help="a web app's origin whose pages may write to this API (others are refused with 403), e.g. "
+        '--allow-origin http://localhost:5173; repeat it for several',
     )
     serve.add_argument(
         '--verbose', action='store_true', help="the functions' full JSON logs and metrics, and the emulator's requests"
