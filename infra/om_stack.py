@@ -137,6 +137,8 @@ class StackSettings:
     operator_role_arns: tuple[str, ...] = ()
     # Serve the memory inspector page at GET /inspector (behind the API's authentication). Off unless asked for.
     inspector: bool = False
+    # Web origins whose pages may write to the API (OM_ALLOWED_ORIGINS), answered with CORS (preflights at the gateway).
+    allowed_origins: tuple[str, ...] = ()
 
 
 class OmStack(Stack):
@@ -217,6 +219,7 @@ class OmStack(Stack):
             waf_rate_limit=settings.waf_rate_limit,
             waf_block_body_rules=settings.waf_block_body_rules,
             api_keys=settings.api_keys,
+            allowed_origins=settings.allowed_origins,
         )
         self.schedule = SweeperSchedule(
             self, 'SweeperSchedule', sweeper=self.functions[SWEEPER_FUNCTION.construct_id].alias
@@ -283,9 +286,15 @@ class OmStack(Stack):
             embedding['OM_EMBEDDING_DIMENSIONS'] = str(self.settings.embedding_dimensions)
         # Only the API serves the inspector page, and only when the deployment asks for it.
         inspector = {'OM_INSPECTOR': 'true'} if self.settings.inspector and spec is API_FUNCTION else {}
+        origins = (
+            {'OM_ALLOWED_ORIGINS': ','.join(self.settings.allowed_origins)}
+            if self.settings.allowed_origins and spec is API_FUNCTION
+            else {}
+        )
         return {
             **embedding,
             **inspector,
+            **origins,
             'OM_TABLE_NAME': self.table.table.table_name,
             'OM_BUCKET_NAME': self.bucket.bucket.bucket_name,
             'OM_BUCKET_KMS_KEY_ARN': self.key.key_arn,

@@ -198,7 +198,10 @@ def test_gateway_responses_use_the_error_shape_and_json(resources: Resources) ->
     required = {'DEFAULT_4XX', 'DEFAULT_5XX', 'UNAUTHORIZED', 'ACCESS_DENIED', 'THROTTLED', 'REQUEST_TOO_LARGE'}
     assert required <= set(responses)
     for kind, response in responses.items():
-        assert response['ResponseParameters'] == {'gatewayresponse.header.Content-Type': "'application/json'"}, kind
+        assert response['ResponseParameters'] == {
+            'gatewayresponse.header.Content-Type': "'application/json'",
+            'gatewayresponse.header.X-Content-Type-Options': "'nosniff'",
+        }, kind
         template = response['ResponseTemplates']['application/json']
         # Render the template as API Gateway would (messageString is a quoted JSON string).
         body = json.loads(template.replace('$context.error.messageString', '"Too Many Requests"'))
@@ -231,10 +234,37 @@ def test_the_inspector_page_is_served_only_when_asked_for_and_behind_the_same_au
     # go through the same proxy methods as every route)
     serving = [key for key, f in _functions(variant).items() if env(f).get('OM_INSPECTOR') == 'true']
     assert serving == [_ref(variant, 'AWS::Lambda::Function', 'ApiFunction')]
-    methods = of_type(variant, 'AWS::ApiGateway::Method')
-    assert len(methods) == 2 and all(m['AuthorizationType'] == 'AWS_IAM' for m in methods.values())
+    methods = [m for m in of_type(variant, 'AWS::ApiGateway::Method').values() if m['HttpMethod'] != 'OPTIONS']
+    assert len(methods) == 2 and all(m['AuthorizationType'] == 'AWS_IAM' for m in methods)
     with pytest.raises(SettingsError, match='inspector must be true or false'):
         settings_from_context({'inspector': 'maybe'})
+
+
+def test_allowed_origins_reach_the_api_function_and_get_preflights_at_the_gateway(
+    resources: Resources, variant: Resources
+) -> None:
+    env = lambda f: f.get('Environment', {}).get('Variables', {})  # noqa: E731 - custom resources have none
+    # By default: no origin but the API's own may write, and nothing answers a preflight
+    assert not any('OM_ALLOWED_ORIGINS' in env(f) for f in _functions(resources).values())
+    assert not [m for m in of_type(resources, 'AWS::ApiGateway::Method').values() if m['HttpMethod'] == 'OPTIONS']
+    # With -c allowedOrigins=...: the API function (only) gets the list ...
+    allowing = {
+        key: env(f)['OM_ALLOWED_ORIGINS'] for key, f in _functions(variant).items() if 'OM_ALLOWED_ORIGINS' in env(f)
+    }
+    assert allowing == {
+        _ref(variant, 'AWS::Lambda::Function', 'ApiFunction'): 'https://app.example.com,http://localhost:5173'
+    }
+    # ... and the gateway answers the preflights of exactly those origins, on every path, with no credentials needed
+    preflights = [m for m in of_type(variant, 'AWS::ApiGateway::Method').values() if m['HttpMethod'] == 'OPTIONS']
+    assert len(preflights) == 2
+    for method in preflights:
+        assert method['AuthorizationType'] == 'NONE' and method['ApiKeyRequired'] is False
+        assert method['Integration']['Type'] == 'MOCK'
+        text = json.dumps(method['Integration'])
+        assert 'https://app.example.com' in text and 'http://localhost:5173' in text and '*' not in text
+    for bad in ('*', 'app.example.com', 'https://app.example.com/path'):
+        with pytest.raises(SettingsError, match='allowedOrigins'):
+            settings_from_context({'allowedOrigins': bad})
 
 
 def test_jwt_mode_uses_a_cognito_authorizer_and_passes_the_claim() -> None:
