@@ -167,9 +167,9 @@ class MemoryService:
         )
 
     def delete_messages(self, resource_id: str, thread_id: str, message_ids: Sequence[str] | None) -> int:
-        """`DELETE /threads/{threadId}/messages`: delete by id (None: clear the thread); observations made from them
-        go too, and the rest is observed again."""
-        deleted = history.forget_messages(
+        """`DELETE /threads/{threadId}/messages`: delete by id (None: clear the thread); what was derived from them goes
+        from every generation of memory and from the vectors (`om_lib.forgetting`), and the rest is observed again."""
+        return history.forget_messages(
             self.engine.store,
             resource_id,
             thread_id,
@@ -177,10 +177,8 @@ class MemoryService:
             now=self.now(),
             count=self.engine.counter.count_observations,
             writer=self.engine.rt.writer,
+            semantic=self.semantic,
         )
-        if self.semantic is not None:
-            self.semantic.forget_messages(resource_id, thread_id, message_ids)
-        return deleted
 
     # -- threads ---------------------------------------------------------------------------------------------------
     def create_thread(

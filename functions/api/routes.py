@@ -196,7 +196,9 @@ def get_memory(threadId: ThreadId, resourceId: ResourceIdQuery) -> Response[Any]
     summary='The memory’s generations, newest first',
     description=(
         'Every reflection (and every reset after observed messages are deleted) starts a new generation; earlier ones '
-        'stay readable here, newest first, the current one first. Resource scope lists the resource’s memory.'
+        'are listed here, newest first, the current one first. Deleting messages (or erasing a thread) also removes '
+        'what was derived from them from earlier generations: one that observed them is rewritten without them, or '
+        'dropped when a reflection condensed them with the rest. Resource scope lists the resource’s memory.'
     ),
     responses={**_ok(GenerationsOut), **_errors(401, 403, 404, 422, 500, 503)},
     tags=['memory'],
