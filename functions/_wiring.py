@@ -22,6 +22,8 @@ from om_lib.engine import MemoryEngine
 from om_lib.service import MemoryService
 
 if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
     from om_lib.adapters.aws_work import AwsBackgroundWork
     from om_lib.adapters.bedrock_model import BedrockLanguageModel
     from om_lib.adapters.dynamodb_store import DynamoMemoryStore
@@ -418,12 +420,22 @@ def init(*, tokenizer: bool | None = True, models: bool | None = None) -> None:
         warm_tracing()
 
 
+@lru_cache(maxsize=1)
+def upload_signer() -> S3Client:
+    """The S3 client that presigns attachment uploads (SigV4, so the URL works in every region)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client('s3', config=Config(signature_version='s3v4'))
+
+
 def reset() -> None:
     """Forget everything built (tests, and the local stack when its settings change)."""
     for cached in (
         settings,
         config,
         store,
+        upload_signer,
         background_work,
         providers,
         engine,

@@ -24,6 +24,7 @@ from infra.constants import (
     DEFAULT_STAGE,
     LAMBDA_TASK_ROOT,
     METRICS_NAMESPACE,
+    ORPHAN_UPLOADS_FUNCTION,
     OUTPUT_ALARM_TOPIC_ARN,
     OUTPUT_API_ID,
     OUTPUT_API_URL,
@@ -56,6 +57,7 @@ from infra.constructs import (
     ModelAccess,
     OperationalAlarms,
     OperationsDashboard,
+    OrphanUploadCleanup,
     ReflectionWorkflow,
     ServiceFunction,
     SweeperSchedule,
@@ -142,8 +144,8 @@ class StackSettings:
 
 
 class OmStack(Stack):
-    """The whole service: key, table, bucket, queues, model-key secrets, four functions, workflow, API + WAF, schedule,
-    alarms, dashboard."""
+    """The whole service: key, table, bucket, queues, model-key secrets, five functions, workflow, API + WAF, schedule,
+    the orphan-upload cleanup, alarms, dashboard."""
 
     def __init__(self, scope: Construct, construct_id: str, *, settings: StackSettings, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -206,6 +208,16 @@ class OmStack(Stack):
                 report_batch_item_failures=True,
             )
         )
+        orphan_uploads = self.functions[ORPHAN_UPLOADS_FUNCTION.construct_id]
+        self.orphan_uploads = OrphanUploadCleanup(
+            self,
+            'OrphanUploadCleanup',
+            bucket=self.bucket,
+            function=orphan_uploads.alias,
+            role=orphan_uploads.role,
+            consumer_timeout=Duration.seconds(ORPHAN_UPLOADS_FUNCTION.timeout_s),
+            key=self.key,
+        )
         self.api = MemoryApi(
             self,
             'MemoryApi',
@@ -241,6 +253,7 @@ class OmStack(Stack):
             'Alarms',
             key=self.key,
             dead_letter_queues=self.work_queue.dead_letter_queues,
+            upload_dead_letter_queues=self.orphan_uploads.dead_letter_queues,
             functions=watched,
             api=self.api.api,
             state_machine=self.workflow.state_machine,
@@ -252,7 +265,7 @@ class OmStack(Stack):
             api=self.api.api,
             functions=watched,
             queue=self.work_queue.queue,
-            dead_letter_queues=self.work_queue.dead_letter_queues,
+            dead_letter_queues=[*self.work_queue.dead_letter_queues, *self.orphan_uploads.dead_letter_queues],
             state_machine=self.workflow.state_machine,
         )
         if settings.auth.mode == 'none':

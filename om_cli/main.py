@@ -24,7 +24,7 @@ from urllib.parse import quote, urlencode
 from om_cli.wiring import QUIET_FUNCTIONS, http_json, model_notice
 from om_lib.errors import ConfigError
 
-FUNCTIONS = ('api', 'buffer_worker', 'reflection', 'sweeper')
+FUNCTIONS = ('api', 'buffer_worker', 'reflection', 'sweeper', 'orphan_uploads')
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = ROOT / 'events'
 USAGE_ERROR = 2

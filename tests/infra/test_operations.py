@@ -21,6 +21,7 @@ from infra.constants import (
     REFLECTION_FUNCTION,
     STATE_MACHINE_ASL,
     SWEEPER_FUNCTION,
+    UPLOAD_EVENTS_MAX_CONCURRENCY,
     WAF_RATE_LIMIT_PER_5_MIN,
 )
 from infra.constructs.api_firewall import decimal_greater_than
@@ -138,8 +139,10 @@ def test_bad_deployment_context_is_refused_naming_the_key(context: dict[str, str
 
 
 def test_workers_cannot_take_the_apis_concurrency(resources: Resources, variant: Resources) -> None:
-    (mapping,) = of_type(resources, 'AWS::Lambda::EventSourceMapping').values()
-    assert mapping['ScalingConfig'] == {'MaximumConcurrency': QUEUE_MAX_CONCURRENCY}
+    limits = sorted(
+        m['ScalingConfig']['MaximumConcurrency'] for m in of_type(resources, 'AWS::Lambda::EventSourceMapping').values()
+    )
+    assert limits == sorted([QUEUE_MAX_CONCURRENCY, UPLOAD_EVENTS_MAX_CONCURRENCY])  # the work queue, upload events
     functions = _by_handler(resources)
     for spec in ALL_FUNCTIONS:
         assert functions[spec.handler].get('ReservedConcurrentExecutions') == spec.reserved_concurrency
@@ -196,7 +199,7 @@ def test_alarms_cover_dead_letters_executions_functions_and_the_api(resources: R
     by_metric: dict[str, list[dict[str, Any]]] = {}
     for alarm in alarms:
         by_metric.setdefault(alarm.get('MetricName', 'math'), []).append(alarm)
-    assert len(by_metric['ApproximateNumberOfMessagesVisible']) == 1  # the one dead-letter queue
+    assert len(by_metric['ApproximateNumberOfMessagesVisible']) == 2  # the jobs' and the upload events' dead letters
     for metric in ('ExecutionsFailed', 'ExecutionsTimedOut'):
         assert len(by_metric[metric]) == 1
     functions = set(_ours(resources))

@@ -122,9 +122,9 @@ def test_bucket_is_private_encrypted_tls_only_with_lifecycle_rules(template: Any
 
 def test_work_queue_is_encrypted_fifo_with_a_dead_letter_queue(resources: Resources) -> None:
     queues = of_type(resources, 'AWS::SQS::Queue')
-    assert len(queues) == 2
+    assert len(queues) == 4  # the work queue, the upload events' queue, and a dead-letter queue for each
     dlq_id = _ref(resources, 'AWS::SQS::Queue', 'WorkQueueDeadLetterQueue')
-    work = next(props for key, props in queues.items() if key != dlq_id)
+    work = queues[_ref(resources, 'AWS::SQS::Queue', 'WorkQueue')]
     assert work['FifoQueue'] is True and queues[dlq_id]['FifoQueue'] is True
     assert work['RedrivePolicy'] == {'deadLetterTargetArn': {'Fn::GetAtt': [dlq_id, 'Arn']}, 'maxReceiveCount': 10}
     key = _ref(resources, 'AWS::KMS::Key', 'MemoryKey')
@@ -136,7 +136,12 @@ def test_work_queue_is_encrypted_fifo_with_a_dead_letter_queue(resources: Resour
 
 
 def test_buffer_worker_alias_consumes_the_queue_reporting_batch_item_failures(resources: Resources) -> None:
-    (mapping,) = of_type(resources, 'AWS::Lambda::EventSourceMapping').values()
+    work_queue = _ref(resources, 'AWS::SQS::Queue', 'WorkQueue')
+    (mapping,) = [
+        m
+        for m in of_type(resources, 'AWS::Lambda::EventSourceMapping').values()
+        if m['EventSourceArn'] == {'Fn::GetAtt': [work_queue, 'Arn']}
+    ]
     assert mapping['FunctionResponseTypes'] == ['ReportBatchItemFailures']
     assert mapping['EventSourceArn'] == {'Fn::GetAtt': [_ref(resources, 'AWS::SQS::Queue', 'WorkQueue'), 'Arn']}
     # Through the alias (SnapStart runs published versions only).
@@ -359,7 +364,7 @@ def test_an_existing_secret_can_be_imported_by_arn() -> None:
     resources = template.to_json()['Resources']
     assert not of_type(resources, 'AWS::SecretsManager::Secret')
     envs = [f['Environment']['Variables'] for f in _functions(resources).values()]
-    assert sorted(env.get('OM_GEMINI_SECRET_ARN', '') for env in envs) == ['', arn, arn, arn]
+    assert sorted(env.get('OM_GEMINI_SECRET_ARN', '') for env in envs) == ['', '', arn, arn, arn]
     readers = [s for s in _statements(resources) if s['Action'] == 'secretsmanager:GetSecretValue']
     assert {s['Resource'] for s in readers} == {arn}
 

@@ -71,16 +71,16 @@ def gemini(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGemini]:
 
 @pytest.fixture
 def api(gemini: FakeGemini) -> Iterator[Api]:
-    from functions.api import attachments, handler
+    from functions.api import handler
 
     with mock_aws(config={'core': {'reset_boto3_session': False}}):
         create_table(boto3.client('dynamodb'), TABLE)
         boto3.client('s3').create_bucket(Bucket=BUCKET, CreateBucketConfiguration={'LocationConstraint': 'eu-west-1'})
         _wiring.reset()
-        attachments.s3_client.cache_clear()
+        _wiring.upload_signer.cache_clear()
         yield Api(handler)
         _wiring.reset()
-        attachments.s3_client.cache_clear()
+        _wiring.upload_signer.cache_clear()
 
 
 def turn(api: Api, thread: str, user: str, reply: str, *, resource: str = RES, n: int = 0) -> None:
