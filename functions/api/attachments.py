@@ -35,7 +35,7 @@ UPLOAD_URL_TTL = timedelta(minutes=15)
 @router.post(
     '/attachments',
     summary='Get a presigned S3 upload URL for an attachment',
-    responses={**_ok(AttachmentOut, 201, 'Created'), **_errors(400, 401, 403, 404, 413, 422, 500, 503)},
+    responses={**_ok(AttachmentOut, 201, 'Created'), **_errors(400, 401, 403, 404, 413, 415, 422, 500, 503)},
     tags=['attachments'],
 )
 def create_attachment(body: Annotated[AttachmentIn, Body()]) -> Response[Any]:

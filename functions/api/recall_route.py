@@ -94,7 +94,7 @@ class RecallOut(_Model):
         '422 `retrieval_disabled` unless `retrieval` is on in the configuration, 422 `invalid_input` for a cursor, '
         'thread, part index or date the tool cannot use.'
     ),
-    responses={**_ok(RecallOut), **_errors(400, 401, 403, 404, 413, 422, 500, 503)},
+    responses={**_ok(RecallOut), **_errors(400, 401, 403, 404, 413, 415, 422, 500, 503)},
     tags=['memory'],
 )
 def post_recall(body: Annotated[RecallIn, Body()]) -> Response[Any]:
