@@ -22,6 +22,8 @@ from om_lib.engine import MemoryEngine
 from om_lib.service import MemoryService
 
 if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
     from om_lib.adapters.aws_work import AwsBackgroundWork
     from om_lib.adapters.bedrock_model import BedrockLanguageModel
     from om_lib.adapters.dynamodb_store import DynamoMemoryStore
@@ -76,6 +78,11 @@ class ServiceSettings(BaseModel):
     )
     OM_AUTH_MODE: Literal['iam', 'jwt', 'none'] = Field(default='iam', description='How callers are identified.')
     OM_AUTH_CLAIM: str = Field(default='sub', description='JWT claim that must equal resourceId (OM_AUTH_MODE=jwt).')
+    OM_ALLOWED_ORIGINS: str = Field(
+        default='',
+        description="Web origins besides the API's own whose pages may send requests that change data, comma-separated "
+        '(`https://app.example.com,http://localhost:5173`); they also get CORS answers. Any other origin is refused.',
+    )
     OM_INSPECTOR: bool = Field(
         default=False,
         description='Serve the memory inspector page at GET /inspector (behind the same authentication as the API).',
@@ -94,6 +101,14 @@ class ServiceSettings(BaseModel):
         le=3072,
         description='Stored vector size (Gemini, Titan v2: 256/512/1024, OpenAI).',
     )
+
+    @field_validator('OM_ALLOWED_ORIGINS')
+    @classmethod
+    def _check_origins(cls, value: str) -> str:
+        from functions.origins import parse_origins
+
+        parse_origins(value)  # a ValueError naming the entry that is not an origin
+        return value
 
     @field_validator('OM_EMBEDDING_MODEL')
     @classmethod
@@ -413,12 +428,22 @@ def init(*, tokenizer: bool | None = True, models: bool | None = None) -> None:
         warm_tracing()
 
 
+@lru_cache(maxsize=1)
+def upload_signer() -> S3Client:
+    """The S3 client that presigns attachment uploads (SigV4, so the URL works in every region)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client('s3', config=Config(signature_version='s3v4'))
+
+
 def reset() -> None:
     """Forget everything built (tests, and the local stack when its settings change)."""
     for cached in (
         settings,
         config,
         store,
+        upload_signer,
         background_work,
         providers,
         engine,

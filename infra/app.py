@@ -25,6 +25,9 @@ Context (all optional):
     reservedConcurrency  false: no reserved concurrency (accounts whose concurrency quota cannot spare it)
     deployRoleArn   the role CloudFormation deploys with (default: the CDK bootstrap's execution role)
     operatorRoleArns  comma-separated role ARNs that may put the model API keys and redrive the dead-letter queue
+    allowedOrigins  comma-separated web origins (https://app.example.com) whose pages may write to the API, with CORS
+                    answers; any other page's writes are refused (403). Default: none (the API's own origin only)
+    inspector       true: serve the memory inspector page at GET /inspector (behind the API's authentication)
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ ensure_node_on_path()
 
 import aws_cdk as cdk  # noqa: E402 - jsii needs node on PATH first
 
+from functions.origins import parse_origins  # noqa: E402
 from infra.constants import (  # noqa: E402
     API_BURST_LIMIT,
     API_RATE_LIMIT,
@@ -165,6 +169,11 @@ def settings_from_context(context: Mapping[str, Any]) -> StackSettings:
             f'apiKeys must be distinct names (a letter, then up to 39 letters, digits or dashes), got {api_keys!r}'
         )
     operators = _names(context.get('operatorRoleArns'))
+    origins = _names(context.get('allowedOrigins'))
+    try:
+        parse_origins(','.join(origins))
+    except ValueError as exc:
+        raise SettingsError(f'allowedOrigins: {exc}') from None
     deploy_role = str(context['deployRoleArn']) if context.get('deployRoleArn') else None
     for key, arn in [('deployRoleArn', deploy_role), *(('operatorRoleArns', a) for a in operators)]:
         if arn is not None and not _ROLE_ARN.match(arn):
@@ -190,6 +199,7 @@ def settings_from_context(context: Mapping[str, Any]) -> StackSettings:
         api_keys=tuple(api_keys),
         reserved_concurrency=_flag(context.get('reservedConcurrency', True), 'reservedConcurrency'),
         inspector=_flag(context.get('inspector', False), 'inspector'),
+        allowed_origins=tuple(origins),
         deploy_role_arn=deploy_role,
         operator_role_arns=tuple(operators),
     )
@@ -258,6 +268,7 @@ _CONTEXT_KEYS = (
     'deployRoleArn',
     'operatorRoleArns',
     'inspector',
+    'allowedOrigins',
 )
 
 

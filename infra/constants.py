@@ -100,9 +100,11 @@ class FunctionAccess:
         table_actions: DynamoDB actions on the table and `indexes`.
         indexes: The table's indexes this function queries.
         object_actions: S3 actions on the bucket's objects.
+        object_keys: The objects those actions apply to: a key pattern (`*`: every object).
         lists_bucket: `s3:ListBucket` (prefix deletes when erasing).
         sends_jobs: `sqs:SendMessage` to the work queue.
         consumes_jobs: The work queue is this function's event source.
+        consumes_upload_events: The queue of the bucket's upload events is this function's event source.
         starts_reflections: `states:StartExecution` on the reflection workflow.
         model_roles: Which configured models it calls (`observer`, `reflector`, `actor`, `title`, `embedder`): the
             providers of those models decide its model grants (infra/constructs/model_access.py: the Gemini or OpenAI
@@ -112,9 +114,11 @@ class FunctionAccess:
     table_actions: tuple[str, ...]
     indexes: tuple[str, ...]
     object_actions: tuple[str, ...] = ()
+    object_keys: str = '*'
     lists_bucket: bool = False
     sends_jobs: bool = False
     consumes_jobs: bool = False
+    consumes_upload_events: bool = False
     starts_reflections: bool = False
     model_roles: tuple[str, ...] = ()
 
@@ -211,7 +215,30 @@ SWEEPER_FUNCTION: Final = FunctionSpec(
     # One sweep at a time: a slow sweep overlapping the next would submit the same jobs twice.
     reserved_concurrency=1,
 )
-ALL_FUNCTIONS: Final = (API_FUNCTION, BUFFER_WORKER_FUNCTION, REFLECTION_FUNCTION, SWEEPER_FUNCTION)
+ORPHAN_UPLOADS_FUNCTION: Final = FunctionSpec(
+    'OrphanUploadsFunction',
+    'functions.orphan_uploads.handler.lambda_handler',
+    512,
+    60,
+    'Deletes attachment uploads that land after their thread was erased',
+    'om-orphan-uploads',
+    FunctionAccess(
+        # Reads the thread's item (and its metadata document, in S3 when large); deletes attachment uploads. Every
+        # object it may touch is a thread's (`<resource>/threads/<thread>/...`).
+        table_actions=('dynamodb:GetItem',),
+        indexes=(),
+        object_actions=('s3:GetObject', 's3:DeleteObject'),
+        object_keys='*/threads/*',
+        consumes_upload_events=True,
+    ),
+)
+ALL_FUNCTIONS: Final = (
+    API_FUNCTION,
+    BUFFER_WORKER_FUNCTION,
+    REFLECTION_FUNCTION,
+    SWEEPER_FUNCTION,
+    ORPHAN_UPLOADS_FUNCTION,
+)
 
 METRICS_NAMESPACE: Final = 'ObservationalMemory'
 # The API answers within API Gateway's 29 s; models get this much of it (OM_REQUEST_TIME_BUDGET_S).
@@ -230,6 +257,13 @@ QUEUE_BATCH_SIZE: Final = 1
 # The event source's maximum concurrency: however long the backlog, at most this many worker invocations at once
 # (the rest of the account's concurrency stays free for the API). Lambda's minimum is 2.
 QUEUE_MAX_CONCURRENCY: Final = 10
+
+# ---- Upload events: S3 → EventBridge → SQS → the orphan-upload function ----------------------------------------------
+# A delete is quick and idempotent: batches of ten, a few retries before the dead-letter queue.
+UPLOAD_EVENTS_BATCH_SIZE: Final = 10
+UPLOAD_EVENTS_MAX_RECEIVES: Final = 5
+# However many uploads arrive, at most this many invocations at once (Lambda's minimum): the API keeps its concurrency.
+UPLOAD_EVENTS_MAX_CONCURRENCY: Final = 2
 
 # ---- Bucket ----------------------------------------------------------------------------------------------------------
 # Versioning keeps what a bug or a stolen credential overwrites or deletes for this long; erased data is gone for good

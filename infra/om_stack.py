@@ -24,6 +24,7 @@ from infra.constants import (
     DEFAULT_STAGE,
     LAMBDA_TASK_ROOT,
     METRICS_NAMESPACE,
+    ORPHAN_UPLOADS_FUNCTION,
     OUTPUT_ALARM_TOPIC_ARN,
     OUTPUT_API_ID,
     OUTPUT_API_URL,
@@ -57,6 +58,7 @@ from infra.constructs import (
     ModelAccess,
     OperationalAlarms,
     OperationsDashboard,
+    OrphanUploadCleanup,
     ReflectionWorkflow,
     ServiceFunction,
     SweeperSchedule,
@@ -138,11 +140,13 @@ class StackSettings:
     operator_role_arns: tuple[str, ...] = ()
     # Serve the memory inspector page at GET /inspector (behind the API's authentication). Off unless asked for.
     inspector: bool = False
+    # Web origins whose pages may write to the API (OM_ALLOWED_ORIGINS), answered with CORS (preflights at the gateway).
+    allowed_origins: tuple[str, ...] = ()
 
 
 class OmStack(Stack):
-    """The whole service: key, table, bucket, queues, model-key secrets, four functions, workflow, API + WAF, schedule,
-    alarms, dashboard."""
+    """The whole service: key, table, bucket, queues, model-key secrets, five functions, workflow, API + WAF, schedule,
+    the orphan-upload cleanup, alarms, dashboard."""
 
     def __init__(self, scope: Construct, construct_id: str, *, settings: StackSettings, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -205,6 +209,16 @@ class OmStack(Stack):
                 report_batch_item_failures=True,
             )
         )
+        orphan_uploads = self.functions[ORPHAN_UPLOADS_FUNCTION.construct_id]
+        self.orphan_uploads = OrphanUploadCleanup(
+            self,
+            'OrphanUploadCleanup',
+            bucket=self.bucket,
+            function=orphan_uploads.alias,
+            role=orphan_uploads.role,
+            consumer_timeout=Duration.seconds(ORPHAN_UPLOADS_FUNCTION.timeout_s),
+            key=self.key,
+        )
         self.api = MemoryApi(
             self,
             'MemoryApi',
@@ -218,6 +232,7 @@ class OmStack(Stack):
             waf_rate_limit=settings.waf_rate_limit,
             waf_block_body_rules=settings.waf_block_body_rules,
             api_keys=settings.api_keys,
+            allowed_origins=settings.allowed_origins,
         )
         self.schedule = SweeperSchedule(
             self, 'SweeperSchedule', sweeper=self.functions[SWEEPER_FUNCTION.construct_id].alias
@@ -239,6 +254,7 @@ class OmStack(Stack):
             'Alarms',
             key=self.key,
             dead_letter_queues=self.work_queue.dead_letter_queues,
+            upload_dead_letter_queues=self.orphan_uploads.dead_letter_queues,
             functions=watched,
             api=self.api.api,
             state_machine=self.workflow.state_machine,
@@ -250,7 +266,7 @@ class OmStack(Stack):
             api=self.api.api,
             functions=watched,
             queue=self.work_queue.queue,
-            dead_letter_queues=self.work_queue.dead_letter_queues,
+            dead_letter_queues=[*self.work_queue.dead_letter_queues, *self.orphan_uploads.dead_letter_queues],
             state_machine=self.workflow.state_machine,
         )
         if settings.auth.mode == 'none':
@@ -284,9 +300,15 @@ class OmStack(Stack):
             embedding['OM_EMBEDDING_DIMENSIONS'] = str(self.settings.embedding_dimensions)
         # Only the API serves the inspector page, and only when the deployment asks for it.
         inspector = {'OM_INSPECTOR': 'true'} if self.settings.inspector and spec is API_FUNCTION else {}
+        origins = (
+            {'OM_ALLOWED_ORIGINS': ','.join(self.settings.allowed_origins)}
+            if self.settings.allowed_origins and spec is API_FUNCTION
+            else {}
+        )
         return {
             **embedding,
             **inspector,
+            **origins,
             'OM_TABLE_NAME': self.table.table.table_name,
             'OM_BUCKET_NAME': self.bucket.bucket.bucket_name,
             'OM_BUCKET_KMS_KEY_ARN': self.key.key_arn,

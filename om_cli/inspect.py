@@ -96,6 +96,13 @@ def sigv4_auth(region: str, credentials: Any) -> Signer:
     return sign
 
 
+def configured_region(session: Any) -> str | None:
+    """The region the AWS CLI and SDKs would use: `AWS_REGION`, then what botocore reads (`AWS_DEFAULT_REGION`, the
+    profile's `region` in the config file)."""
+    region = os.environ.get('AWS_REGION', '').strip()
+    return region or session.get_config_variable('region') or None
+
+
 def make_signer(auth: str, api_url: str, *, token: str | None, region: str | None) -> Signer:
     """The signer for `--auth`, checking everything it needs now (InspectError says what is missing)."""
     if auth not in AUTH_MODES:
@@ -111,15 +118,16 @@ def make_signer(auth: str, api_url: str, *, token: str | None, region: str | Non
         if not token:
             raise InspectError(f'--auth bearer needs a token: pass --token TOKEN or set {TOKEN_ENV}')
         return bearer_auth(token)
-    region = region or region_from_url(api_url)
-    if not region:
-        raise InspectError(
-            f'the AWS region of {api_url} is unknown (it is read from execute-api URLs): pass --region, e.g. '
-            '--region eu-west-1'
-        )
     import botocore.session
 
-    credentials = botocore.session.get_session().get_credentials()
+    session = botocore.session.get_session()
+    region = region or region_from_url(api_url) or configured_region(session)
+    if not region:
+        raise InspectError(
+            f'the AWS region of {api_url} is unknown (it is read from execute-api URLs, AWS_REGION, '
+            'AWS_DEFAULT_REGION or the profile): pass --region, e.g. --region eu-west-1'
+        )
+    credentials = session.get_credentials()
     if credentials is None:
         raise InspectError(
             'no AWS credentials found for --auth iam: configure the credential chain (AWS_PROFILE, '

@@ -13,6 +13,9 @@ It runs the deployed architecture in one process, with the same handler code:
 - SQS → Lambda: a poller thread long-polls the work queue, hands batches to `functions.buffer_worker.handler` as an
   SQS event and deletes only the records that did not fail, so redelivery and redrive work as in AWS.
 - The schedule: a timer thread calls `functions.sweeper.handler` with a scheduled event.
+- S3 → EventBridge → SQS → Lambda: the bucket reports new objects to EventBridge, the rule the CDK app deploys
+  (`functions/orphan_uploads/events.py`) puts attachment uploads on the uploads queue, and a second poller hands them
+  to `functions.orphan_uploads.handler`, which deletes an upload whose thread was erased.
 - API Gateway: a `ThreadingHTTPServer` turns each request into a REST API proxy event for `functions.api.handler`.
 
 With an external endpoint (`AWS_ENDPOINT_URL`) the Lambda patch cannot reach the emulator's process, so the state
@@ -75,6 +78,9 @@ class StackNames:
     bucket: str = 'om-memory-blobs'
     queue: str = 'om-work.fifo'
     dead_letter_queue: str = 'om-work-dlq.fifo'
+    uploads_queue: str = 'om-uploads'
+    uploads_dead_letter_queue: str = 'om-uploads-dlq'
+    uploads_rule: str = 'om-orphan-uploads'
     reflection_function: str = 'om-reflection'
     state_machine: str = 'om-reflection'
 
@@ -94,6 +100,9 @@ class StackNames:
             bucket=env.get('OM_BUCKET_NAME') or cls.bucket,
             queue=f'{prefix}-work.fifo',
             dead_letter_queue=f'{prefix}-work-dlq.fifo',
+            uploads_queue=f'{prefix}-uploads',
+            uploads_dead_letter_queue=f'{prefix}-uploads-dlq',
+            uploads_rule=f'{prefix}-orphan-uploads',
             reflection_function=f'{prefix}-reflection',
             state_machine=f'{prefix}-reflection',
         )
@@ -367,9 +376,6 @@ def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
 
         def _dispatch(self) -> None:
             started = time.monotonic()
-            if self.command == 'GET' and self.path == DESCRIBE_PATH:
-                self._send(200, {'Content-Type': 'application/json'}, json.dumps(stack.describe()).encode())
-                return
             length = int(self.headers.get('Content-Length') or 0)
             if length > MAX_REQUEST_BYTES:
                 self.close_connection = True  # the body is not read: the connection cannot be reused
@@ -428,6 +434,15 @@ def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
 
 _FORWARDED_METHODS = ('DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT')
 _TOO_LARGE = 'the request body is larger than the 10 MB API Gateway accepts; upload big files via POST /attachments'
+
+
+def _is_loopback(address: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(address.removeprefix('::ffff:')).is_loopback
+    except ValueError:
+        return False
 
 
 def _proxy_result(result: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
@@ -508,6 +523,8 @@ class LocalStack:
         self.queue_url = ''
         self.queue_arn = ''
         self.dlq_url = ''
+        self.uploads_queue_url = ''
+        self.uploads_queue_arn = ''
         self.state_machine_arn: str | None = None
         self.region = 'us-east-1'
         self._saved_env: dict[str, str | None] = {}
@@ -538,12 +555,41 @@ class LocalStack:
 
     @property
     def api_handler(self) -> ApiHandler:
-        """The API function's handler."""
+        """The API function's handler, with the local stack's own route (`GET DESCRIBE_PATH`) in front of it."""
         if self._api_handler is None:
             module = importlib.import_module('functions.api.handler')
             isolate_requests(module.app)  # requests run on concurrent threads here; Lambda runs one at a time
             self._api_handler = handler_for('api')  # through handler_for, like every function (metering wraps it)
-        return self._api_handler
+        api = self._api_handler
+
+        def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
+            if event.get('httpMethod') == 'GET' and event.get('path') == DESCRIBE_PATH:
+                return self.describe_answer(event)
+            return api(event, context)
+
+        return handle
+
+    def describe_answer(self, event: Mapping[str, Any]) -> dict[str, Any]:
+        """`GET DESCRIBE_PATH` as a proxy result: the stack's description, for `om invoke --stack` on this machine.
+
+        It names the emulator's endpoint, which takes any request without the API's checks, so it is answered only to
+        a loopback caller, and only to one the API itself would take (in `OM_AUTH_MODE=none`, anyone on loopback).
+        """
+        from functions import _wiring
+        from functions.api import auth
+        from functions.api.errors import ApiError, proxy_error
+
+        headers = {'Content-Type': 'application/json', 'X-Content-Type-Options': 'nosniff'}
+        source = str(((event.get('requestContext') or {}).get('identity') or {}).get('sourceIp') or '')
+        if not _is_loopback(source):
+            refusal = proxy_error(403, 'forbidden', 'the local stack describes itself to programs on its own machine')
+            return {**refusal, 'headers': headers}
+        settings = _wiring.settings()
+        try:
+            auth.identify(event, settings.OM_AUTH_MODE, settings.OM_AUTH_CLAIM)
+        except ApiError as exc:
+            return {**proxy_error(exc.status, exc.code, exc.message), 'headers': headers}
+        return {'statusCode': 200, 'headers': headers, 'body': json.dumps(self.describe()), 'isBase64Encoded': False}
 
     def start(self) -> LocalStack:
         """Start AWS (or connect), create resources, set the functions' environment, then workers and HTTP."""
@@ -557,6 +603,7 @@ class LocalStack:
             _wiring.init()  # fail now on a bad config; load the tokenizer before the first request
             if self.workers:
                 self._spawn('om-queue-poller', self._poll_queue)
+                self._spawn('om-uploads-poller', self._poll_uploads)
                 if self.sweep_interval_s:
                     self._spawn('om-sweeper', self._sweep_forever)
             if self.http:
@@ -709,8 +756,33 @@ class LocalStack:
         self.queue_arn = sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=['QueueArn'])['Attributes'][
             'QueueArn'
         ]
+        self._create_upload_events(sqs)
         if self.embedded:
             self.state_machine_arn = self._create_state_machine()
+
+    def _create_upload_events(self, sqs: Any) -> None:
+        """S3 → EventBridge → the uploads queue, with the rule the CDK app deploys (`functions/orphan_uploads`): every
+        new attachment object reaches the orphan-upload function, as in AWS."""
+        from functions.orphan_uploads.events import object_created_pattern
+
+        names = self.names
+        dlq_url = sqs.create_queue(QueueName=names.uploads_dead_letter_queue)['QueueUrl']
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=['QueueArn'])['Attributes']['QueueArn']
+        redrive = json.dumps({'deadLetterTargetArn': dlq_arn, 'maxReceiveCount': 3})
+        attributes = {'RedrivePolicy': redrive, 'VisibilityTimeout': str(self.visibility_timeout_s)}
+        self.uploads_queue_url = sqs.create_queue(QueueName=names.uploads_queue, Attributes=attributes)['QueueUrl']
+        sqs.set_queue_attributes(QueueUrl=self.uploads_queue_url, Attributes=attributes)
+        self.uploads_queue_arn = sqs.get_queue_attributes(QueueUrl=self.uploads_queue_url, AttributeNames=['QueueArn'])[
+            'Attributes'
+        ]['QueueArn']
+        self.client('s3').put_bucket_notification_configuration(
+            Bucket=names.bucket, NotificationConfiguration={'EventBridgeConfiguration': {}}
+        )
+        events = self.client('events')
+        events.put_rule(
+            Name=names.uploads_rule, EventPattern=json.dumps(object_created_pattern(names.bucket)), State='ENABLED'
+        )
+        events.put_targets(Rule=names.uploads_rule, Targets=[{'Id': 'uploads-queue', 'Arn': self.uploads_queue_arn}])
 
     def _create_state_machine(self) -> str:
         account = '123456789012'
@@ -779,10 +851,16 @@ class LocalStack:
 
     # -- SQS → buffer worker -----------------------------------------------------------------------------------------
     def _poll_queue(self) -> None:
+        self._poll_forever(self.poll_once)
+
+    def _poll_uploads(self) -> None:
+        self._poll_forever(self.poll_uploads_once)
+
+    def _poll_forever(self, poll: Callable[[Any], int]) -> None:
         sqs = self.client('sqs')
         while not self._stopping.is_set():
             try:
-                self.poll_once(sqs)
+                poll(sqs)
             except Exception as exc:  # noqa: BLE001 - the poller must survive a hiccup, as Lambda's poller does
                 self.poller_errors.append(exc)
                 logger.exception('queue poller error')
@@ -790,9 +868,16 @@ class LocalStack:
 
     def poll_once(self, sqs: Any = None) -> int:
         """Receive one batch and run the buffer worker on it, as Lambda's SQS event source does. Returns its size."""
+        return self._deliver(sqs, self.queue_url, self.queue_arn, 'buffer_worker', self.worker_timeout_s)
+
+    def poll_uploads_once(self, sqs: Any = None) -> int:
+        """Receive one batch of upload events and run the orphan-upload function on it. Returns its size."""
+        return self._deliver(sqs, self.uploads_queue_url, self.uploads_queue_arn, 'orphan_uploads', 60.0)
+
+    def _deliver(self, sqs: Any, queue_url: str, queue_arn: str, function: str, timeout_s: float) -> int:
         sqs = sqs or self.client('sqs')
         response = sqs.receive_message(
-            QueueUrl=self.queue_url,
+            QueueUrl=queue_url,
             MaxNumberOfMessages=10,
             WaitTimeSeconds=self.poll_wait_s,
             AttributeNames=['All'],
@@ -804,17 +889,17 @@ class LocalStack:
         with self._busy_lock:
             self._busy += 1
         try:
-            event = {'Records': [self._sqs_record(m) for m in messages]}
+            event = {'Records': [self._sqs_record(m, queue_arn) for m in messages]}
             try:
-                result = invoke_handler('buffer_worker', event, timeout_s=self.worker_timeout_s)
+                result = invoke_handler(function, event, timeout_s=timeout_s)
                 failed = {item['itemIdentifier'] for item in (result or {}).get('batchItemFailures') or []}
             except Exception as exc:  # noqa: BLE001 - a failed invocation: the whole batch is redelivered
-                logger.warning('buffer worker failed the whole batch (%s): %s', type(exc).__name__, exc)
+                logger.warning('%s failed the whole batch (%s): %s', function, type(exc).__name__, exc)
                 failed = {m['MessageId'] for m in messages}
             done = [m for m in messages if m['MessageId'] not in failed]
             if done:
                 sqs.delete_message_batch(
-                    QueueUrl=self.queue_url,
+                    QueueUrl=queue_url,
                     Entries=[{'Id': str(i), 'ReceiptHandle': m['ReceiptHandle']} for i, m in enumerate(done)],
                 )
         finally:
@@ -822,7 +907,7 @@ class LocalStack:
                 self._busy -= 1
         return len(messages)
 
-    def _sqs_record(self, message: dict[str, Any]) -> dict[str, Any]:
+    def _sqs_record(self, message: dict[str, Any], queue_arn: str) -> dict[str, Any]:
         attributes = {
             name: {k[0].lower() + k[1:]: v for k, v in value.items()}
             for name, value in (message.get('MessageAttributes') or {}).items()
@@ -835,7 +920,7 @@ class LocalStack:
             'messageAttributes': attributes,
             'md5OfBody': message.get('MD5OfBody', ''),
             'eventSource': 'aws:sqs',
-            'eventSourceARN': self.queue_arn,
+            'eventSourceARN': queue_arn,
             'awsRegion': self.region,
         }
 
@@ -894,7 +979,8 @@ class LocalStack:
         """No job queued or in flight and no reflection running."""
         with self._busy_lock:
             busy = self._busy
-        return busy == 0 and self.queue_depth() == 0 and not self.executions('RUNNING')
+        queues = self.queue_depth() + (self.queue_depth(self.uploads_queue_url) if self.uploads_queue_url else 0)
+        return busy == 0 and queues == 0 and not self.executions('RUNNING')
 
     def drain(self, timeout: float = 60.0, *, interval: float = 0.1) -> None:
         """Wait until background work has settled (checked twice in a row); TimeoutError otherwise."""

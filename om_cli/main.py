@@ -29,7 +29,7 @@ from om_lib.ids import id_problem
 if TYPE_CHECKING:
     from om_lib.config import OMConfig
 
-FUNCTIONS = ('api', 'buffer_worker', 'reflection', 'sweeper')
+FUNCTIONS = ('api', 'buffer_worker', 'reflection', 'sweeper', 'orphan_uploads')
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = ROOT / 'events'
 USAGE_ERROR = 2
@@ -50,6 +50,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = check_config(args.config)
     check_port_free(args.host, args.port)
     env: dict[str, str] = {}
+    if args.allow_origin:
+        from functions.origins import parse_origins
+
+        try:
+            parse_origins(','.join(args.allow_origin))
+        except ValueError as exc:
+            raise UsageError(f'--allow-origin: {exc}') from exc
+        env['OM_ALLOWED_ORIGINS'] = ','.join(args.allow_origin)
     local_logs.configure(verbose=args.verbose, env=env)
     try:
         stack = LocalStack(
@@ -769,6 +777,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar='S',
         help='seconds between sweeper runs, e.g. 10 (0: never); a run observes the threads quiet for 30 minutes '
         'that have unobserved messages, below the threshold too',
+    )
+    serve.add_argument(
+        '--allow-origin',
+        action='append',
+        metavar='ORIGIN',
+        help="a web app's origin whose pages may write to this API (others are refused with 403), e.g. "
+        '--allow-origin http://localhost:5173; repeat it for several',
     )
     serve.add_argument(
         '--verbose', action='store_true', help="the functions' full JSON logs and metrics, and the emulator's requests"

@@ -300,6 +300,8 @@ class ObservationBuffering:
             )
 
         def append(current: OMRecord) -> OMRecord | None:
+            if current.deletions != record.deletions:
+                return None  # messages were deleted since this job read them: the chunk may hold one of them
             cur_cursor = current.cursor(thread_id)
             live = buf.live_chunks(current.buffered_chunks, cur_cursor)
             if buf.slice_start(cur_cursor, live) != start:

@@ -32,7 +32,7 @@ class InvalidIdError(InvalidInputError):
     def __init__(self, name: str, problem: str) -> None:
         super().__init__(
             f"{name} {problem}; ids are 1-128 letters, digits and `_-.~()'!*:@,;=+&$<>[]{{}}|^` "
-            '(UUIDs, emails and `user:123` are fine; no `/ ? # %`, spaces or control characters)'
+            '(UUIDs, emails and `user:123` are fine; no `/ ? # %`, spaces, control or invisible characters), in NFC'
         )
         self.name = name
         self.problem = problem

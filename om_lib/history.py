@@ -2,25 +2,11 @@
 
 Everything here works through the `MemoryStore` port, so it behaves the same on every store.
 
-Observational memory and deletion. Observations are text the Observer wrote from messages; an `ObservationGroup`
-names the `seq` range each block came from, but the log keeps no per-group text boundaries (a reflection rewrites
-and merges the whole log). So the log cannot be cut group by group yet, and the rules are the simplest honest ones:
-
-- clearing a thread resets its observational memory: a new generation with no observations, no groups and its
-  cursor back at 0 (older generations stay readable as history);
-- deleting messages that were observed (inside a group's range, or at or below the thread's cursor) does the same,
-  so the messages that remain are observed again from the start;
-- deleting only unobserved messages touches no observations; buffered (not yet active) chunks that covered a deleted
-  message are dropped, since they would otherwise bring its content back when activated.
-
-Resource scope keeps one log for every thread, with a `<thread id>` section per observation. Deleting observed
-messages of one thread (or erasing the thread) removes that thread's sections and its cursor in a new generation,
-and lists the thread as pending so what remains of it is observed again; once the log has been reflected the
-sections may have been condensed together, so then the whole resource memory is reset and every thread it had
-observed is pending again.
+Deleting messages also removes what was derived from them, from every holder of it: `om_lib.forgetting` says which
+holders there are and the rules for each.
 
 Cloning carries the source's observations only when every observed group of the source lies inside the copied
-messages — for the same reason: without per-group text the log cannot be cut to a part of the history.
+messages: without per-group text the log cannot be cut to a part of the history.
 """
 
 from __future__ import annotations
@@ -31,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from om_lib import resource_scope as rs
+from om_lib import forgetting
 from om_lib.config import SemanticRecallSettings
 from om_lib.errors import InvalidInputError, ThreadNotFoundError
 from om_lib.messages import Message
@@ -346,82 +332,31 @@ def forget_messages(
     new_id: Callable[[], str] | None = None,
     count: Callable[[str], int] | None = None,
     writer: RecordWriter | None = None,
+    semantic: SemanticMemory | None = None,
 ) -> int:
-    """Delete messages by id (`None`: clear the thread) and keep observational memory honest (module docstring).
+    """Delete messages by id (`None`: clear the thread), then what was derived from them (`om_lib.forgetting`): in
+    the thread's and the resource's memory, every earlier generation of both, and the vectors (with `semantic`).
 
     `count` counts observation tokens (the engine's counter) for a resource log that keeps other threads' sections;
     `writer` is the engine's record writer (records change only through one).
 
     Returns how many messages were deleted. Raises ThreadNotFoundError for a missing thread or one of another
-    resource. Applies to the thread-scope record and, when one exists, to the resource-scope record (which then
-    observes every thread of the resource again: its log cannot be cut per thread either).
+    resource.
     """
     writer = writer or RecordWriter(store, _FixedClock(now), new_id or (lambda: uuid.uuid4().hex))
     _require_thread(store, resource_id, thread_id)
     if message_ids is None:
-        doomed_seqs: list[int] | None = None
+        seqs: frozenset[int] | None = None
     else:
-        doomed_seqs = [m.seq or 0 for m in store.get_messages(resource_id, thread_id, message_ids)]
+        seqs = frozenset(m.seq or 0 for m in store.get_messages(resource_id, thread_id, message_ids))
     deleted = store.delete_messages(resource_id, thread_id, message_ids)
-    if doomed_seqs is not None and not doomed_seqs:
-        return deleted
-    keys = (record_key('thread', resource_id, thread_id), record_key('resource', resource_id, None))
-    resets = [_forget_in_record(writer, key, thread_id, doomed_seqs, now, count) for key in keys]
-    if any(resets):
-        # The continuation hints were written from the same observations.
-        thread = store.get_thread(resource_id, thread_id)
-        if thread is not None and (thread.current_task or thread.suggested_response):
-            store.update_thread(thread.model_copy(update={'current_task': None, 'suggested_response': None}))
-    return deleted
-
-
-def _observed(head: OMRecord, thread_id: str, doomed: list[int] | None) -> bool:
-    """Did `head` observe any of the doomed messages (None: any message of the thread)?"""
-    groups = [g for g in head.groups if g.thread_id == thread_id]
-    if doomed is None:
-        observed = head.cursor(thread_id) > 0 or bool(groups)
-        if head.scope == 'thread':
-            observed = observed or bool(head.active_observations) or bool(head.buffered_chunks)
-        return observed
-    return any(s <= head.cursor(thread_id) or any(g.start_seq <= s <= g.end_seq for g in groups) for s in doomed)
-
-
-def _forget_in_record(
-    writer: RecordWriter,
-    key: str,
-    thread_id: str,
-    doomed: list[int] | None,
-    now: datetime,
-    count: Callable[[str], int] | None = None,
-) -> bool:
-    """Reset or trim one record after a deletion; True when its observations were reset."""
-    head = writer.head(key)
-    if head is None:
-        return False
-    if head.scope == 'resource':
-        return _forget_in_resource_record(writer, head, thread_id, doomed, now, count)
-    reset = writer.commit_generation(
-        head, lambda cur: _reset(writer, cur) if _observed(cur, thread_id, doomed) else None
+    if seqs is not None and not seqs:
+        return deleted  # none of them was stored: nothing was derived from them
+    forgotten = forgetting.Forgotten(
+        resource_id, thread_id, tuple(message_ids) if message_ids is not None else None, seqs, now
     )
-    if reset is not None:
-        return True
-
-    def drop_chunks(current: OMRecord) -> OMRecord | None:
-        # Buffered chunks that covered a deleted message would bring its content back when activated.
-        chunks = tuple(
-            c
-            for c in current.buffered_chunks
-            if c.thread_id != thread_id or not (doomed is None or any(c.start_seq <= s <= c.end_seq for s in doomed))
-        )
-        if chunks == current.buffered_chunks:
-            return None
-        update: dict[str, Any] = {'buffered_chunks': chunks}
-        if not chunks:
-            update['last_buffered_at_tokens'] = 0
-        return current.model_copy(update=update)
-
-    writer.commit(head, drop_chunks)
-    return False
+    forgetting.forget(forgetting.holders(writer, count=count, semantic=semantic), forgotten)
+    return deleted
 
 
 def erase_thread_from_resource_memory(
@@ -433,78 +368,14 @@ def erase_thread_from_resource_memory(
     count: Callable[[str], int] | None = None,
     writer: RecordWriter | None = None,
 ) -> bool:
-    """After a thread is erased: its sections and cursor leave the resource's memory (True when it had any)."""
+    """After a thread is erased: its sections and cursor leave the resource's memory and its earlier generations (the
+    thread's own memory, its messages and its vectors went with the thread). True when the live memory had some."""
     writer = writer or RecordWriter(store, _FixedClock(now), lambda: uuid.uuid4().hex)
-    return _forget_in_record(writer, record_key('resource', resource_id, None), thread_id, None, now, count)
-
-
-def _forget_in_resource_record(
-    writer: RecordWriter,
-    head: OMRecord,
-    thread_id: str,
-    doomed: list[int] | None,
-    now: datetime,
-    count: Callable[[str], int] | None,
-) -> bool:
-    store = writer.store
-    cursor = head.cursor(thread_id)
-    if cursor == 0 or (doomed is not None and not any(s <= cursor for s in doomed)):
-        return False  # nothing observed from what was deleted
-    if head.origin == 'reflection':
-        # A reflection may have merged this thread's lines with others': start the resource memory over.
-        writer.commit_generation(head, lambda cur: _reset(writer, cur))
-        for other in head.cursors:
-            store.mark_pending(head.resource_id, other, now=now)
-        return True
-
-    def without_thread(current: OMRecord) -> OMRecord | None:
-        if current.cursor(thread_id) == 0:
-            return None
-        text = rs.remove_thread_sections(
-            current.active_observations, {thread_id, rs.shown_thread_id(current.resource_id, thread_id)}
-        )
-        if count is not None:
-            tokens = count(text)
-        else:  # proportional estimate; the next observation recounts
-            tokens = current.observation_tokens * len(text) // max(1, len(current.active_observations))
-        return writer.next_generation(
-            current,
-            active_observations=text,
-            observation_tokens=tokens,
-            cursors={t: c for t, c in current.cursors.items() if t != thread_id},
-            groups=tuple(g for g in current.groups if g.thread_id != thread_id),
-            buffered_chunks=tuple(c for c in current.buffered_chunks if c.thread_id != thread_id),
-        )
-
-    writer.commit_generation(head, without_thread)
-    store.mark_pending(head.resource_id, thread_id, now=now)
-    return True
-
-
-def _reset(writer: RecordWriter, head: OMRecord) -> OMRecord:
-    """The next generation of `head` with nothing observed: every message is observed again from the start."""
-    return writer.next_generation(
-        head,
-        origin='initial',
-        active_observations='',
-        observation_tokens=0,
-        total_tokens_observed=0,
-        pending_message_tokens=0,
-        cursors={},
-        last_observed_at=None,
-        groups=(),
-        buffered_chunks=(),
-        last_buffered_at_tokens=0,
-        buffered_reflection=None,
-        buffered_reflection_tokens=None,
-        buffered_reflection_input_tokens=None,
-        reflected_line_count=None,
-        observing=None,
-        reflecting=None,
-        buffering_observation=None,
-        buffering_reflection=None,
-        reflection_stalled_at_tokens=None,
-    )
+    forgotten = forgetting.Forgotten(resource_id, thread_id, None, None, now, scopes=('resource',))
+    head = store.get_record(forgotten.keys()[0])
+    had = head is not None and forgotten.observed_by(head)
+    forgetting.forget(forgetting.holders(writer, count=count), forgotten)
+    return had
 
 
 class _FixedClock:

@@ -2,19 +2,23 @@
 
 An id is 1–128 characters, each a Unicode letter or digit, `_`, or one of `- . ~ ( ) ' ! * : @ , ; = + & $ < > [ ] {
 } | ^`; `.` and `..` alone are not ids. So UUIDs, emails (`first.last+tag@example.com`) and `user:123` are ids, and
-`/ ? # %`, whitespace, control and formatting characters never are.
+`/ ? # %`, whitespace, control and formatting characters never are. An id is in Unicode normalisation form C (NFC)
+and holds no default-ignorable code point (zero-width and bidi marks, variation selectors, tag characters) and no
+Hangul filler (U+115F, U+1160, U+3164, U+FFA0: letters by category, but drawn as nothing).
 
 Why exactly these characters: an id travels in URL paths (`/threads/{threadId}/...`). API Gateway decodes the path
 before routing, so `/`, `?`, `#` and `%` would change which route is called (a thread `a/b` could be created but never
 reached again), and `.`/`..` are removed by HTTP clients as dot segments. The rest is what a path segment of the API's
 router matches (Powertools: `\\w` plus RFC 3986's unreserved and sub-delimiter characters), so an id that is accepted
-is always reachable. Whitespace and invisible characters are refused because two ids that look the same must be the
-same id.
+is always reachable. Whitespace and invisible characters are refused, and NFC is required rather than applied, because
+two ids that look the same must be the same id: an id a client sent is the id it gets back, byte for byte, and a
+decomposed `é` (`e` + U+0301) or a Hangul syllable spelt in jamo is refused with a message saying to normalise it.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Annotated, Any
 
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
@@ -32,6 +36,17 @@ ID_PUNCTUATION = "-.~()'!*:@,;=+&$<>[]{}|^"
 ID_PATTERN = r"^(?!\.\.?$)[\w\-.~()'!*:@,;=+&$<>\[\]{}|^]{1," + str(MAX_ID_CHARS) + '}$'
 _ID = re.compile(ID_PATTERN)
 _NAMED = {'/': 'a slash', '?': 'a question mark', '#': 'a hash', '%': 'a percent sign'}
+# Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt, stable since Unicode 7): characters a renderer
+# draws as nothing. The Hangul fillers among them are letters (Lo), so `\w` alone would take them.
+_DEFAULT_IGNORABLE = re.compile(
+    '[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164'
+    '\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]'
+)
+_HANGUL_FILLERS = frozenset('\u115f\u1160\u3164\uffa0')
+_NOT_NFC = (
+    'is not in Unicode normalisation form C (NFC): normalise it first, e.g. '
+    "unicodedata.normalize('NFC', id) in Python or id.normalize('NFC') in JavaScript"
+)
 
 
 def id_problem(value: object) -> str | None:
@@ -42,8 +57,16 @@ def id_problem(value: object) -> str | None:
         return 'is empty'
     if len(value) > MAX_ID_CHARS:
         return f'is {len(value)} characters long (at most {MAX_ID_CHARS})'
+    invisible = _DEFAULT_IGNORABLE.search(value)
+    if invisible is not None:
+        char = invisible.group()
+        kind = 'a Hangul filler' if char in _HANGUL_FILLERS else 'an invisible character'
+        return f'contains {kind} (U+{ord(char):04X})'
+    nfc = unicodedata.is_normalized('NFC', value)
     if _ID.fullmatch(value):
-        return None
+        return None if nfc else _NOT_NFC
+    if not nfc and _ID.fullmatch(unicodedata.normalize('NFC', value)):
+        return _NOT_NFC  # a decomposed letter: its combining mark alone is no id character
     if value in ('.', '..'):
         return f'is {value!r}, which URLs treat as a path step'
     for char in value:

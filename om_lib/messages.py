@@ -54,9 +54,12 @@ class ImagePart(_CamelModel):
     url: str | None = None
     data: str | None = None
     filename: str | None = None
-    width: int | None = Field(default=None, ge=1)
-    height: int | None = Field(default=None, ge=1)
-    size: int | None = Field(default=None, ge=0, description='Byte size, when known (used for token estimates).')
+    # Numbers and booleans of parts are strict: a string such as "10" or "false" is refused, never read as one.
+    width: int | None = Field(default=None, ge=1, strict=True)
+    height: int | None = Field(default=None, ge=1, strict=True)
+    size: int | None = Field(
+        default=None, ge=0, strict=True, description='Byte size, when known (used for token estimates).'
+    )
 
     @model_validator(mode='after')
     def _needs_source(self) -> ImagePart:
@@ -74,7 +77,7 @@ class FilePart(_CamelModel):
     url: str | None = None
     data: str | None = None
     filename: str | None = None
-    size: int | None = Field(default=None, ge=0)
+    size: int | None = Field(default=None, ge=0, strict=True)
 
     @model_validator(mode='after')
     def _needs_source(self) -> FilePart:
@@ -100,7 +103,7 @@ class ToolResultPart(_CamelModel):
     tool_call_id: str
     tool_name: str
     result: Any = None
-    is_error: bool = False
+    is_error: bool = Field(default=False, strict=True)
 
 
 class ReasoningPart(_CamelModel):

@@ -242,8 +242,21 @@ class MemoryStore(Protocol):
         """
         ...
 
-    def list_generations(self, key: str, *, limit: int = 10) -> list[OMRecord]:
-        """Generations of a key, newest first."""
+    def list_generations(self, key: str, *, limit: int = 10, before: int | None = None) -> list[OMRecord]:
+        """Generations of a key, newest first: from the head, or (`before`) the earlier ones below that generation."""
+        ...
+
+    def rewrite_generation(self, record: OMRecord) -> None:
+        """Replace an earlier generation's content with `record` (same key and generation; never the head).
+
+        For forgetting (`om_lib.forgetting`): a generation that observed deleted messages, rewritten without them.
+        Does nothing when that generation is gone, or is the head (which changes only through `put_record` and
+        `put_generation`).
+        """
+        ...
+
+    def delete_generations(self, key: str, generations: Sequence[int]) -> None:
+        """Delete earlier generations of a key (never the head; unknown ones are ignored). Idempotent."""
         ...
 
     def list_threads(
@@ -383,8 +396,19 @@ class VectorIndex(Protocol):
         """The `top_k` most similar stored messages of the resource (or of one thread), best first."""
         ...
 
-    def delete_messages(self, resource_id: str, thread_id: str, message_ids: Sequence[str] | None) -> int:
-        """Remove the vectors of these messages (`None`: every vector of the thread). Returns how many went."""
+    def delete_messages(
+        self,
+        resource_id: str,
+        thread_id: str,
+        message_ids: Sequence[str] | None,
+        *,
+        seqs: Sequence[int] | None = None,
+    ) -> int:
+        """Remove the vectors of these messages (`None`: every vector of the thread). Returns how many went.
+
+        `seqs` (the messages' `seq`s, when the caller knows them) is a hint: an index may then read only the batches
+        that can hold them instead of every batch of the thread.
+        """
         ...
 
     def delete_resource(self, resource_id: str) -> None:

@@ -10,7 +10,8 @@ the concurrency rules live in one place:
 - a lease is an owner plus an expiry on the record: whoever holds it may do the slow part (a model call) and commit.
   It lasts about one model call (`lease_ttl`, 60 s) and a live holder renews it while it works (`holding`), so a
   holder that died stops blocking the record within one lease period, and an expired lease may be taken over;
-- a new generation (reflection, reset) keeps the old head readable as history.
+- a new generation (reflection, reset) keeps the old head readable as history (until messages it observed are
+  deleted: `om_lib.forgetting`).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ and a `VectorIndex` (compact int8 vectors per resource in the memory table). It 
   query, and scans the resource's vectors (or the thread's, in thread scope). Nothing outside the caller's resource is
   ever read: the index is partitioned by resource and every hit is read back through the store, which checks the owner.
 - **Erasing** (`erase_thread`, `erase_resource`, `forget_messages`) removes vectors with the messages. An indexing job
-  that was running during an erase notices the thread is gone afterwards and removes what it wrote.
+  that was running during an erase notices the thread is gone afterwards and removes what it wrote; one that embedded
+  a message deleted meanwhile removes that message's vector.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ class SemanticMemory:
             return 0
         through = self.index.indexed_through(resource_id, thread_id, space=self.space)
         added = 0
+        written: list[str] = []
         while time.monotonic() < limit:
             page = self.store.list_messages(resource_id, thread_id, after_seq=through, limit=INDEX_BATCH)
             if not page.messages:
@@ -125,6 +127,7 @@ class SemanticMemory:
             last = max(m.seq or 0 for m in page.messages)
             if self.index.add(resource_id, thread_id, entries, through_seq=last, space=self.space):
                 added += len(entries)
+                written += [e.message_id for e in entries]
             through = last
             if not page.has_more:
                 break
@@ -132,6 +135,13 @@ class SemanticMemory:
             # Erased while we were embedding: what we wrote must not outlive it.
             self.index.delete_messages(resource_id, thread_id, None)
             return 0
+        if written:
+            # A message deleted while we were embedding it: its deletion may have run before our write.
+            present = {m.id for m in self.store.get_messages(resource_id, thread_id, written)}
+            gone = [i for i in written if i not in present]
+            if gone:
+                self.index.delete_messages(resource_id, thread_id, gone)
+                added -= len(gone)
         return added
 
     def schedule(self, resource_id: str, thread_id: str) -> None:
@@ -244,9 +254,17 @@ class SemanticMemory:
         )
 
     # -- erasing ------------------------------------------------------------------------------------------------
-    def forget_messages(self, resource_id: str, thread_id: str, message_ids: Sequence[str] | None) -> int:
-        """Remove the vectors of deleted messages (`None`: the whole thread's)."""
-        return self.index.delete_messages(resource_id, thread_id, message_ids)
+    def forget_messages(
+        self,
+        resource_id: str,
+        thread_id: str,
+        message_ids: Sequence[str] | None,
+        *,
+        seqs: Sequence[int] | None = None,
+    ) -> int:
+        """Remove the vectors of deleted messages (`None`: the whole thread's). `seqs`, their arrival numbers when
+        known, lets the index rewrite only the batches that hold them."""
+        return self.index.delete_messages(resource_id, thread_id, message_ids, seqs=seqs)
 
     def erase_thread(self, resource_id: str, thread_id: str) -> None:
         """Remove every vector of an erased thread."""

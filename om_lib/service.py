@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Literal
 
-from om_lib import history
+from om_lib import history, uploads
 from om_lib.chat import ChatResult, ChatService
 from om_lib.config import ResolvedOMConfig, SemanticRecallSettings
 from om_lib.conversation import AgentStep, AgentTurn, Conversation
@@ -35,6 +35,7 @@ from om_lib.recall import RecallRequest, recall
 from om_lib.records import Thread
 from om_lib.semantic import SemanticMemory
 from om_lib.threads import list_resource_threads
+from om_lib.uploads import Upload
 from om_lib.work import Job
 from om_lib.working_memory import MAX_WORKING_MEMORY_BYTES, WorkingMemory, WorkingMemoryView
 
@@ -168,9 +169,9 @@ class MemoryService:
         )
 
     def delete_messages(self, resource_id: str, thread_id: str, message_ids: Sequence[str] | None) -> int:
-        """`DELETE /threads/{threadId}/messages`: delete by id (None: clear the thread); observations made from them
-        go too, and the rest is observed again."""
-        deleted = history.forget_messages(
+        """`DELETE /threads/{threadId}/messages`: delete by id (None: clear the thread); what was derived from them goes
+        from every generation of memory and from the vectors (`om_lib.forgetting`), and the rest is observed again."""
+        return history.forget_messages(
             self.engine.store,
             resource_id,
             thread_id,
@@ -178,10 +179,8 @@ class MemoryService:
             now=self.now(),
             count=self.engine.counter.count_observations,
             writer=self.engine.rt.writer,
+            semantic=self.semantic,
         )
-        if self.semantic is not None:
-            self.semantic.forget_messages(resource_id, thread_id, message_ids)
-        return deleted
 
     # -- threads ---------------------------------------------------------------------------------------------------
     def create_thread(
@@ -284,6 +283,10 @@ class MemoryService:
                 count=self.engine.counter.count_observations,
                 writer=self.engine.rt.writer,
             )
+
+    def upload_outlived_its_thread(self, upload: Upload) -> bool:
+        """Must an uploaded attachment go: is its thread gone, or another thread of that id now (`om_lib.uploads`)?"""
+        return uploads.outlived_its_thread(self.engine.store, upload)
 
     def erase_resource(self, resource_id: str) -> None:
         """`DELETE /resources/{resourceId}`: everything stored for the resource."""

@@ -170,6 +170,28 @@ class StoreConformance:
             store.put_generation(new.model_copy(update={'id': 'rec-3', 'generation': 2}), expected_version=head.version)
         assert committed.generation == 1
 
+    def test_earlier_generations_page_and_can_be_rewritten_or_dropped_but_never_the_head(self, store):
+        head = store.put_record(record(active_observations='gen 0 ' + 'x' * 20_000), expected_version=None)
+        for n in range(1, 5):  # large logs: a store may keep them apart from the item (S3)
+            new = head.model_copy(update={'id': f'rec-{n}', 'generation': n, 'active_observations': f'gen {n} ' * 3000})
+            head = store.put_generation(new, expected_version=head.version)
+        key = 'thread:r1/t1'
+        assert [r.generation for r in store.list_generations(key, limit=2, before=4)] == [3, 2]
+        assert [r.generation for r in store.list_generations(key, limit=10, before=2)] == [1, 0]
+        assert store.list_generations(key, before=0) == []
+        # Rewritten: the same generation with other content; the head cannot be rewritten this way
+        earlier = store.list_generations(key, limit=1, before=2)[0]
+        store.rewrite_generation(earlier.model_copy(update={'active_observations': 'gen 1, cleaned'}))
+        store.rewrite_generation(head.model_copy(update={'active_observations': 'not through here'}))
+        # Dropped: earlier generations only (the head and unknown ones are ignored)
+        store.delete_generations(key, [0, 2, 4, 99])
+        listed = store.list_generations(key, limit=10)
+        assert [r.generation for r in listed] == [4, 3, 1]
+        assert listed[0] == store.get_record(key) and listed[0].active_observations.startswith('gen 4 ')
+        assert listed[2].active_observations == 'gen 1, cleaned' and listed[2].id == 'rec-1'
+        store.delete_generations(key, [0, 2])  # idempotent
+        assert [r.generation for r in store.list_generations(key, limit=10)] == [4, 3, 1]
+
     def test_update_of_retired_generation_is_refused(self, store):
         head = store.put_record(record(active_observations='old'), expected_version=None)
         store.put_generation(

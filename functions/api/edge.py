@@ -1,11 +1,18 @@
-"""What the API refuses before the framework parses anything, and what it answers for unknown routes.
+"""What the API refuses before the framework parses anything, what it adds to every answer, and what it answers for
+unknown routes.
 
 Checked first, in this order, on the raw request: the body's size (413 `too_large`: nothing is parsed), its media
-type (415 `unsupported_media_type`), its encoding (400 `invalid_json` unless UTF-8), then the caller's identity (401:
-an anonymous caller learns nothing about validation rules or which threads exist). The admitted event carries the
-body as UTF-8 text under the canonical `application/json` type, which is what the framework's body parsing expects;
-the JSON itself is parsed, strictly, by `json_body.parse` during validation. Ownership of the resourceId is checked
-later by each route, once the body has been validated.
+type (415 `unsupported_media_type`: a body must say it is JSON; a browser sends a body without a type, or a
+`text/plain` one, to any site without asking it first), its encoding (400 `invalid_json` unless UTF-8), the web page
+it comes from (403 `origin_not_allowed` for a request that changes data from a page of another origin than the API's
+own or an allowed one; see `functions.origins`), then the caller's identity (401: an anonymous caller learns nothing
+about validation rules or which threads exist). A CORS preflight from an allowed origin is answered here too. The
+admitted event carries the body as UTF-8 text under the canonical `application/json` type, which is what the
+framework's body parsing expects; the JSON itself is parsed, strictly, by `json_body.parse` during validation.
+Ownership of the resourceId is checked later by each route, once the body has been validated.
+
+`finish` adds to every answer `X-Content-Type-Options: nosniff` (no browser reads a JSON answer as a page or a script)
+and, for an allowed origin, its CORS headers.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from functions._observability import logger
 from functions.api import auth
 from functions.api.errors import ApiError, error_response, proxy_error
 from functions.api.limits import MAX_BODY_BYTES
+from functions.origins import canonical_origin, own_origin, parse_origins
 from om_lib.errors import InvalidIdError
 from om_lib.ids import id_problem
 
@@ -33,13 +41,20 @@ JSON = 'application/json'
 # `application/json`, and the structured-syntax `+json` types (RFC 6839), in any letter case.
 _JSON_TYPE = re.compile(r'application/(?:[\w.+-]+\+)?json', re.IGNORECASE)
 _UTF8 = frozenset({'utf-8', 'utf8'})
+# Methods that change data: from a web page, only of the API's own origin or an allowed one.
+STATE_CHANGING = frozenset({'POST', 'PUT', 'PATCH', 'DELETE'})
+NOSNIFF = {'X-Content-Type-Options': 'nosniff'}
+# What an allowed origin's page may send (CORS): every method of the API, JSON, and the credentials of each auth mode.
+CORS_METHODS = 'DELETE, GET, OPTIONS, PATCH, POST, PUT'
+CORS_HEADERS = 'Authorization, Content-Type, X-Amz-Content-Sha256, X-Amz-Date, X-Amz-Security-Token, X-Api-Key'
+CORS_MAX_AGE_S = 600
 
 
 def admit(event: Mapping[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """(a proxy result refusing the request, or None to go on; the event to resolve).
 
     The event to resolve is a copy whose body is UTF-8 text (no longer base64) and whose Content-Type is
-    `application/json` whenever a body was sent.
+    `application/json` whenever a body was sent. A CORS preflight is answered here (the "refusal" is the answer).
     """
     admitted = dict(event)
     body, refusal = _body_bytes(event)
@@ -54,18 +69,101 @@ def admit(event: Mapping[str, Any]) -> tuple[dict[str, Any] | None, dict[str, An
         except UnicodeDecodeError:
             return proxy_error(400, 'invalid_json', 'the request body is not UTF-8 encoded JSON'), admitted
         admitted.update(body=text, isBase64Encoded=False, **_with_json_type(event))
-    if event.get('path') in PUBLIC_PATHS:
-        return None, admitted
+    method = str(event.get('httpMethod') or '').upper()
+    origin = _header(event, 'origin')
+    public = event.get('path') in PUBLIC_PATHS
+    if public and origin is None:
+        return None, admitted  # the settings are not needed: /health answers even on a broken deployment
     try:
         s = _wiring.settings()
     except ValueError:  # a broken deployment: say so in the log, not to the caller
         logger.exception('the service settings are invalid')
         return proxy_error(500, 'internal_error', 'the server is misconfigured'), admitted
+    if origin is not None:
+        if method == 'OPTIONS' and _header(event, 'access-control-request-method'):
+            return _preflight(origin, s.OM_ALLOWED_ORIGINS), admitted
+        if method in STATE_CHANGING and not _origin_may_write(event, origin, s.OM_ALLOWED_ORIGINS):
+            return _origin_refusal(origin), admitted
+    if public:
+        return None, admitted
     try:
         auth.identify(event, s.OM_AUTH_MODE, s.OM_AUTH_CLAIM)
     except ApiError as exc:
         return proxy_error(exc.status, exc.code, exc.message), admitted
     return None, admitted
+
+
+def finish(event: Mapping[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """The proxy result with `X-Content-Type-Options: nosniff` and, for an allowed origin, its CORS headers."""
+    extra = dict(NOSNIFF)
+    origin = _header(event, 'origin')
+    if origin is not None and _allowed(origin, _allow_list()):
+        extra.update({'Access-Control-Allow-Origin': origin.strip(), 'Vary': 'Origin'})
+    if isinstance(result.get('multiValueHeaders'), dict):
+        multi = result['multiValueHeaders']
+        present = {k.lower() for k in multi}
+        multi.update({k: [v] for k, v in extra.items() if k.lower() not in present})
+    else:
+        headers = result.setdefault('headers', {}) or {}
+        present = {k.lower() for k in headers}
+        headers.update({k: v for k, v in extra.items() if k.lower() not in present})
+        result['headers'] = headers
+    return result
+
+
+def _allow_list() -> str:
+    try:
+        return _wiring.settings().OM_ALLOWED_ORIGINS
+    except ValueError:
+        return ''
+
+
+@lru_cache(maxsize=8)
+def _allowed_origins(allow_list: str) -> frozenset[str]:
+    return parse_origins(allow_list)
+
+
+def _allowed(origin: str, allow_list: str) -> bool:
+    canonical = canonical_origin(origin)
+    return canonical is not None and canonical in _allowed_origins(allow_list)
+
+
+def _origin_may_write(event: Mapping[str, Any], origin: str, allow_list: str) -> bool:
+    """Is the page that sent this request the API's own (same scheme, host and port) or an allowed one?"""
+    canonical = canonical_origin(origin)
+    if canonical is None:
+        return False  # `null` (a sandboxed frame, a file: page) or garbage: no page anyone vouches for
+    own = own_origin(_header(event, 'host'), _header(event, 'x-forwarded-proto'))
+    return canonical == own or canonical in _allowed_origins(allow_list)
+
+
+def _origin_refusal(origin: str) -> dict[str, Any]:
+    shown = origin.strip()[:100]
+    return proxy_error(
+        403,
+        'origin_not_allowed',
+        f'a web page of another origin ({shown}) may not change data here; if that page should, add its origin to '
+        'the allowed origins (`om serve --allow-origin ORIGIN`, or `-c allowedOrigins=ORIGIN` for a deployed stack)',
+    )
+
+
+def _preflight(origin: str, allow_list: str) -> dict[str, Any]:
+    """A CORS preflight: 204 with what an allowed origin may send; 403 for any other origin (the browser then never
+    sends the request)."""
+    if not _allowed(origin, allow_list):
+        return _origin_refusal(origin)
+    return {
+        'statusCode': 204,
+        'headers': {
+            'Access-Control-Allow-Origin': origin.strip(),
+            'Access-Control-Allow-Methods': CORS_METHODS,
+            'Access-Control-Allow-Headers': CORS_HEADERS,
+            'Access-Control-Max-Age': str(CORS_MAX_AGE_S),
+            'Vary': 'Origin',
+        },
+        'body': '',
+        'isBase64Encoded': False,
+    }
 
 
 def _body_bytes(event: Mapping[str, Any]) -> tuple[bytes, dict[str, Any] | None]:
@@ -104,9 +202,13 @@ def too_large_body() -> dict[str, Any]:
 
 
 def _media_type_refusal(content_type: str | None) -> dict[str, Any] | None:
-    """None when the body is JSON by its Content-Type (a missing one is read as JSON), else 415."""
+    """None when the body is JSON by its Content-Type, else 415 (a body without a Content-Type too)."""
     if content_type is None or not content_type.strip():
-        return None
+        return proxy_error(
+            415,
+            'unsupported_media_type',
+            'the request has a body but no Content-Type; send it as JSON with `Content-Type: application/json`',
+        )
     media_type, *parameters = (part.strip() for part in content_type.split(';'))
     if _JSON_TYPE.fullmatch(media_type):
         charset = next(

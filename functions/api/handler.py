@@ -52,4 +52,4 @@ if os.environ.get('AWS_LAMBDA_FUNCTION_NAME'):
 @traced
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     refusal, admitted = edge.admit(event)
-    return refusal or app.resolve(admitted, context)
+    return edge.finish(event, refusal or app.resolve(admitted, context))

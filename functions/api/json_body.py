@@ -3,8 +3,9 @@
 The resolver uses `parse` as its body deserializer (handler.py). Python's `json.loads` alone accepts more than JSON
 (RFC 8259) and more than we can store: `NaN` and `Infinity` (which then break every later answer that lists them),
 `1e400` (read as infinity), escaped lone surrogates (`"\\ud800"`, which no UTF-8 encoder can write back, so the
-request failed *after* it had written), and nesting deep enough to exhaust the parser's recursion. Each is refused
-here with 400 `invalid_json`, before any route runs.
+request failed *after* it had written), nesting deep enough to exhaust the parser's recursion, and an object that
+names one key twice (Python keeps the last; another parser in front of us might keep the first, so the two would
+read different requests). Each is refused here with 400 `invalid_json`, before any route runs.
 
 The media type and the UTF-8 encoding are checked earlier, by `edge.admit`, on the raw request.
 """
@@ -51,13 +52,31 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise invalid_json(
+            f'a duplicate key: {_printable(duplicate)!r} appears twice in one object; send each key once',
+            kind='json_duplicate_key',
+        )
+    return obj
+
+
 def parse(text: str) -> Any:
     """`text` as JSON, or ApiError 400 `invalid_json` naming what is wrong (and where, when it is known).
 
     `text` is the admitted body: `edge.admit` has undone base64 and refused what is not UTF-8 already.
     """
     try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_bounded_int)
+        value = json.loads(
+            text,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            parse_int=_bounded_int,
+            object_pairs_hook=_unique_keys,
+        )
     except json.JSONDecodeError as exc:
         raise invalid_json(f'{exc.msg} (line {exc.lineno}, column {exc.colno})') from exc
     except RecursionError as exc:

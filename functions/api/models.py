@@ -47,21 +47,37 @@ def new_message_id() -> str:
     return f'msg_{uuid.uuid4().hex}'
 
 
+# Every request body: camelCase, unknown fields refused, and strict types, so `"readOnly": "no"` or `"size": "15"` is a
+# 422 rather than a guess (pydantic's lax mode would read them as False and 15). JSON already has booleans and numbers.
+API_MODEL_CONFIG = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra='forbid', strict=True)
+
+
 class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra='forbid')
+    model_config = API_MODEL_CONFIG
 
 
 class MessageIn(_Model):
     """A message as a client sends it: `id` and `createdAt` are optional, `content` is shorthand for one text part."""
 
     # Client-supplied token estimates (`tokenCounts`) and server fields are ignored, not refused (CONTRACT §2).
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra='ignore')
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra='ignore', strict=True)
 
     id: Id | None = None
     role: Role
-    created_at: datetime | None = None
+    # An ISO 8601 string in JSON (strict mode would want a datetime object).
+    created_at: datetime | None = Field(default=None, strict=False)
     content: Text | None = None
-    parts: Annotated[list[LimitedPart], AtMost(MAX_PARTS_PER_MESSAGE, 'items', 'parts')] | None = None
+    parts: (
+        Annotated[
+            list[LimitedPart],
+            AtMost(MAX_PARTS_PER_MESSAGE, 'items', 'parts'),
+            Field(
+                description='An image or file part links an `https:` URL, a `data:` URL, or an `s3:` URL of one of '
+                "this resource's uploads (the `url` POST /attachments answered); any other URL is refused (422)."
+            ),
+        ]
+        | None
+    ) = None
 
     @model_validator(mode='after')
     def _one_body(self) -> MessageIn:

@@ -14,12 +14,12 @@ from typing import Annotated, Any, Literal
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, Field
 
 from functions import _wiring
 from functions._observability import logger
 from functions.api.limits import SearchText
+from functions.api.models import API_MODEL_CONFIG
 from functions.api.routes import _errors, _ok, authorize, json_response
 from om_lib.ids import Id
 from om_lib.service import RecallRequest
@@ -28,7 +28,7 @@ router = APIGatewayRouter()  # type: ignore[no-untyped-call]  # Powertools leave
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra='forbid')
+    model_config = API_MODEL_CONFIG
 
 
 class RecallIn(_Model):
@@ -94,7 +94,7 @@ class RecallOut(_Model):
         '422 `retrieval_disabled` unless `retrieval` is on in the configuration, 422 `invalid_input` for a cursor, '
         'thread, part index or date the tool cannot use.'
     ),
-    responses={**_ok(RecallOut), **_errors(400, 401, 403, 404, 413, 422, 500, 503)},
+    responses={**_ok(RecallOut), **_errors(400, 401, 403, 404, 413, 415, 422, 500, 503)},
     tags=['memory'],
 )
 def post_recall(body: Annotated[RecallIn, Body()]) -> Response[Any]:

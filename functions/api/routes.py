@@ -34,6 +34,7 @@ from functions.api.models import (
     TurnsOut,
     message_json,
 )
+from functions.api.part_urls import check_part_urls
 from om_lib.ids import Id
 from om_lib.llm import FunctionDeclaration
 from om_lib.messages import Message
@@ -101,6 +102,7 @@ def declaration_json(declaration: FunctionDeclaration) -> dict[str, Any]:
 )
 def post_steps(threadId: ThreadId, body: Annotated[StepsIn, Body()]) -> Response[Any]:
     authorize(body.resource_id)
+    check_part_urls(body.resource_id, ((f'messages[{i}]', m) for i, m in enumerate(body.messages)))
     service = _wiring.service()
     now = service.now()
     started = time.perf_counter()
@@ -143,6 +145,7 @@ def post_steps(threadId: ThreadId, body: Annotated[StepsIn, Body()]) -> Response
 )
 def post_turns(threadId: ThreadId, body: Annotated[TurnsIn, Body()]) -> Response[Any]:
     authorize(body.resource_id)
+    check_part_urls(body.resource_id, ((f'messages[{i}]', m) for i, m in enumerate(body.messages)))
     service = _wiring.service()
     now = service.now()
     turn = service.turn(body.resource_id, threadId, [m.to_message(now) for m in body.messages])
@@ -164,6 +167,7 @@ def post_turns(threadId: ThreadId, body: Annotated[TurnsIn, Body()]) -> Response
 )
 def post_chat(threadId: ThreadId, body: Annotated[ChatIn, Body()]) -> Response[Any]:
     authorize(body.resource_id)
+    check_part_urls(body.resource_id, [('message', body.message)] if body.message is not None else [])
     service = _wiring.service()
     result = service.chat(body.resource_id, threadId, body.user_message(service.now()), read_only=body.read_only)
     parts = result.parts.to_json()
@@ -192,7 +196,9 @@ def get_memory(threadId: ThreadId, resourceId: ResourceIdQuery) -> Response[Any]
     summary='The memory’s generations, newest first',
     description=(
         'Every reflection (and every reset after observed messages are deleted) starts a new generation; earlier ones '
-        'stay readable here, newest first, the current one first. Resource scope lists the resource’s memory.'
+        'are listed here, newest first, the current one first. Deleting messages (or erasing a thread) also removes '
+        'what was derived from them from earlier generations: one that observed them is rewritten without them, or '
+        'dropped when a reflection condensed them with the rest. Resource scope lists the resource’s memory.'
     ),
     responses={**_ok(GenerationsOut), **_errors(401, 403, 404, 422, 500, 503)},
     tags=['memory'],

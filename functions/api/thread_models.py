@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from functions.api.limits import (
     MAX_DELETE_IDS,
@@ -17,20 +16,21 @@ from functions.api.limits import (
     SearchText,
     Title,
 )
-from functions.api.models import MessageOut, ThreadOut
+from functions.api.models import API_MODEL_CONFIG, MessageOut, ThreadOut
 from om_lib.ids import Id
 from om_lib.service import DEFAULT_PER_PAGE, DateRange, Include
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra='forbid')
+    model_config = API_MODEL_CONFIG
 
 
 class DateRangeIn(_Model):
     """`createdAt` bounds, both inclusive; either may be left out. A time without a zone is UTC."""
 
-    start: datetime | None = None
-    end: datetime | None = None
+    # ISO 8601 strings in JSON (strict mode would want datetime objects).
+    start: datetime | None = Field(default=None, strict=False)
+    end: datetime | None = Field(default=None, strict=False)
 
     @field_validator('start', 'end')
     @classmethod

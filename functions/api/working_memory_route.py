@@ -15,12 +15,12 @@ from typing import Annotated, Any, Literal
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, Field
 
 from functions import _wiring
 from functions._observability import logger
 from functions.api.errors import ApiError
+from functions.api.models import API_MODEL_CONFIG
 from functions.api.routes import (
     _COMMON,
     OptionalResourceIdQuery,
@@ -38,7 +38,7 @@ router = APIGatewayRouter()  # type: ignore[no-untyped-call]  # Powertools leave
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra='forbid')
+    model_config = API_MODEL_CONFIG
 
 
 class WorkingMemoryIn(_Model):

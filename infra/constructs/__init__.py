@@ -9,6 +9,7 @@ from infra.constructs.model_access import ModelAccess
 from infra.constructs.model_key_secret import ModelKeySecret
 from infra.constructs.operational_alarms import OperationalAlarms, WatchedFunction
 from infra.constructs.operations_dashboard import OperationsDashboard
+from infra.constructs.orphan_upload_cleanup import OrphanUploadCleanup
 from infra.constructs.reflection_workflow import ReflectionWorkflow
 from infra.constructs.service_function import ServiceFunction
 from infra.constructs.sweeper_schedule import SweeperSchedule
@@ -25,6 +26,7 @@ __all__ = [
     'ModelKeySecret',
     'OperationalAlarms',
     'OperationsDashboard',
+    'OrphanUploadCleanup',
     'ReflectionWorkflow',
     'ServiceFunction',
     'SweeperSchedule',

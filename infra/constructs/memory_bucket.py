@@ -57,6 +57,15 @@ class MemoryBucket(Construct):
             "duplicate users' data paths. Turn on CloudTrail S3 data events for an audit trail.",
         )
 
+    def report_new_objects_to_eventbridge(self) -> None:
+        """S3 sends an event to EventBridge for every new object (the rules decide who hears of which). Set on the
+        bucket itself (CloudFormation's `EventBridgeConfiguration`), not through CDK's notification custom resource."""
+        cfn = self.bucket.node.default_child
+        assert isinstance(cfn, s3.CfnBucket)
+        cfn.notification_configuration = s3.CfnBucket.NotificationConfigurationProperty(
+            event_bridge_configuration=s3.CfnBucket.EventBridgeConfigurationProperty(event_bridge_enabled=True)
+        )
+
     def _refuse_other_encryption(self) -> None:
         # Objects without an encryption header get the bucket's default (this key); one asking for SSE-S3 or another
         # key is refused. (The Null condition makes the header's absence not match.)
@@ -106,13 +115,15 @@ class MemoryBucket(Construct):
             return
         if access.object_actions:
             iam.Grant.add_to_principal(
-                grantee=role, actions=list(access.object_actions), resource_arns=[self.bucket.arn_for_objects('*')]
+                grantee=role,
+                actions=list(access.object_actions),
+                resource_arns=[self.bucket.arn_for_objects(access.object_keys)],
             )
             acknowledge(
                 role,
                 'IAM5',
                 'Object actions on this one bucket; object keys are per user and thread, unknown at deploy time.',
-                finding=f'Resource::<{logical_id(self.bucket)}.Arn>/*',
+                finding=f'Resource::<{logical_id(self.bucket)}.Arn>/{access.object_keys}',
             )
             writes = bool(set(access.object_actions) & set(OBJECT_WRITE_ACTIONS))
             actions = KMS_ENCRYPT_DECRYPT_ACTIONS if writes else KMS_DECRYPT_ACTIONS

@@ -116,6 +116,16 @@ class MemoryKey(Construct):
             sid, principals=[principal], actions=tuple(sorted(set(actions))), conditions=self._via(services)
         )
 
+    def allow_eventbridge_rule(self, sid: str, rule_arn: str) -> None:
+        """Let EventBridge deliver one rule's events to a queue encrypted with the key (as AWS documents for encrypted
+        SQS targets: GenerateDataKey and Decrypt), for that rule only."""
+        self._statement(
+            sid,
+            principals=[iam.ServicePrincipal('events.amazonaws.com')],
+            actions=('kms:Decrypt', 'kms:GenerateDataKey'),
+            conditions={'ArnEquals': {'aws:SourceArn': rule_arn}},
+        )
+
     def _via(self, services: Iterable[KmsService]) -> dict[str, dict[str, list[str]]]:
         region = Stack.of(self).region
         return {'StringEquals': {'kms:ViaService': [f'{s}.{region}.amazonaws.com' for s in sorted(set(services))]}}

@@ -79,6 +79,7 @@ class OperationalAlarms(Construct):
         functions: Sequence[WatchedFunction],
         api: apigw.RestApi,
         state_machine: sfn.StateMachine,
+        upload_dead_letter_queues: Sequence[sqs.IQueue] = (),
         email: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -98,6 +99,14 @@ class OperationalAlarms(Construct):
                 threshold=1,
                 description='Jobs failed repeatedly and wait in the dead-letter queue: find the cause in the buffer '
                 'worker log, fix it, then redrive (the sweeper also resubmits work for threads left unobserved).',
+            )
+        for index, queue in enumerate(upload_dead_letter_queues):
+            self._add(
+                'UploadEventsDeadLetterQueueDepth' + (str(index) if index else ''),
+                queue.metric_approximate_number_of_messages_visible(period=period, statistic='Maximum'),
+                threshold=1,
+                description='Upload events failed repeatedly: an upload that landed after its thread was erased may '
+                "still be in the bucket. Find the cause in the orphan-upload function's log, fix it, then redrive.",
             )
         for name, metric, what in (
             ('ReflectionExecutionsFailed', state_machine.metric_failed(period=period, statistic='Sum'), 'failed'),

@@ -733,29 +733,87 @@ class DynamoMemoryStore:
         self._remember_big(stored.key, stored.version, big)
         return stored
 
-    def list_generations(self, key: str, *, limit: int = 10) -> list[OMRecord]:
+    def list_generations(self, key: str, *, limit: int = 10, before: int | None = None) -> list[OMRecord]:
         """See `MemoryStore.list_generations`: the head, then a Query of the archives newest first."""
         head = self.get_record(key)
         if head is None or limit <= 0:
             return []
-        target = _targets(key)[0] if head.thread_id is None else _target_of(head)
-        out = [head]
+        target = self._target_of_head(head)
+        out = [head] if before is None else []
+        # Archives of later generations are left by a reflection that lost its race: that generation is the head.
+        upper = head.generation if before is None else min(before, head.generation)
+        if upper <= 0 or len(out) >= limit:
+            return out
         kwargs: dict[str, Any] = {
             'TableName': self.table_name,
-            'KeyConditionExpression': f'{schema.PK} = :pk AND begins_with({schema.SK}, :p)',
-            'ExpressionAttributeValues': {':pk': _s(target.pk), ':p': _s(OMGEN)},
+            'KeyConditionExpression': f'{schema.PK} = :pk AND {schema.SK} BETWEEN :lo AND :hi',
+            'ExpressionAttributeValues': {
+                ':pk': _s(target.pk),
+                ':lo': _s(f'{OMGEN}{0:010d}'),
+                ':hi': _s(f'{OMGEN}{upper - 1:010d}'),
+            },
             'ScanIndexForward': False,
             'ConsistentRead': True,
+            'Limit': limit + 1,
         }
         for item in self._query_all(kwargs):
             if len(out) >= limit:
                 break
-            if _str(item, 'om_key') != key or _int(item, 'om_generation') >= head.generation:
-                continue  # an archive left by a reflection that lost its race: that generation is still the head
+            if _str(item, 'om_key') != key:
+                continue
             record = self._record_from_item(item, key)
             if record is not None:
                 out.append(record)
         return out
+
+    def rewrite_generation(self, record: OMRecord) -> None:
+        """See `MemoryStore.rewrite_generation`: one conditional UpdateItem of the archive (its large fields in a new
+        S3 document when they are large; the old document is deleted once nothing refers to it)."""
+        head = self.get_record(record.key)
+        if head is None or record.generation >= head.generation:
+            return
+        target = self._target_of_head(head)
+        archive_key = _key(target.pk, f'{OMGEN}{record.generation:010d}')
+        old = self._get(target.pk, f'{OMGEN}{record.generation:010d}')
+        if not old or _str(old, 'om_key') != record.key:
+            return
+        stored = record.model_copy(update={'version': _int(old, 'om_version')})
+        big = self._offload_big(stored, target, None)
+        values, set_parts, remove = self._om_update(stored, big)
+        try:
+            self.ddb.update_item(
+                TableName=self.table_name,
+                Key=archive_key,
+                UpdateExpression=_update_expression(set_parts, remove),
+                ConditionExpression='om_key = :k AND om_generation = :g',
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if big.uploaded:
+                self.blobs.delete([big.uploaded])
+            if _is_conditional_failure(exc):
+                return  # deleted meanwhile (the thread was erased, or the generation dropped)
+            with aws_errors():
+                raise
+        old_ref = _str(old, 'om_big_ref')
+        if old_ref and old_ref != big.key:
+            self.blobs.delete([old_ref])
+
+    def delete_generations(self, key: str, generations: Sequence[int]) -> None:
+        """See `MemoryStore.delete_generations`: the archive items, then the S3 documents they referred to."""
+        head = self.get_record(key)
+        if head is None:
+            return
+        target = self._target_of_head(head)
+        wanted = [(target.pk, f'{OMGEN}{g:010d}') for g in sorted(set(generations)) if 0 <= g < head.generation]
+        found = self._batch_get(wanted, by='SK')
+        items = [item for item in found.values() if _str(item, 'om_key') == key]
+        self._delete_items([_key(target.pk, _str(item, schema.SK) or '') for item in items])
+        self.blobs.delete([ref for item in items if (ref := _str(item, 'om_big_ref'))])
+
+    @staticmethod
+    def _target_of_head(head: OMRecord) -> _Target:
+        return _targets(head.key)[0] if head.thread_id is None else _target_of(head)
 
     # =================================================================================================================
     # Erase

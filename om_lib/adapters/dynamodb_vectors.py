@@ -13,6 +13,7 @@ batch is written with a conditional PutItem on its key, so a repeated job never 
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -161,16 +162,38 @@ class DynamoVectorIndex:
                 return
 
     # -- deleting -----------------------------------------------------------------------------------------------
-    def delete_messages(self, resource_id: str, thread_id: str, message_ids: Sequence[str] | None) -> int:
-        """See `VectorIndex.delete_messages`: rewrite (or delete) the batch items that held them."""
-        items = list(self._query(resource_id, _thread_prefix(thread_id)))
+    def delete_messages(
+        self,
+        resource_id: str,
+        thread_id: str,
+        message_ids: Sequence[str] | None,
+        *,
+        seqs: Sequence[int] | None = None,
+    ) -> int:
+        """See `VectorIndex.delete_messages`: rewrite (or delete) the batch items that held them.
+
+        With `seqs`, the thread's batch items are listed by key and watermark only (`first seq` in the key, `through`),
+        and only the items whose range holds one of them are read and rewritten: a long thread costs one keys-only
+        Query, not a read of every vector.
+        """
+        prefix = _thread_prefix(thread_id)
         if message_ids is None:
-            self._delete([{schema.PK: i[schema.PK], schema.SK: i[schema.SK]} for i in items])
-            return sum(int(i['n']['N']) for i in items)
+            keys = list(self._query(resource_id, prefix, f'{schema.PK}, {schema.SK}, n'))
+            self._delete([{schema.PK: i[schema.PK], schema.SK: i[schema.SK]} for i in keys])
+            return sum(int(i['n']['N']) for i in keys)
+        if seqs is None:
+            items: Iterable[Item | None] = self._query(resource_id, prefix)
+        else:
+            wanted = sorted(set(seqs))
+            items = (
+                self._get(key)
+                for key in self._query(resource_id, prefix, f'{schema.PK}, {schema.SK}, through')
+                if _holds_any(key, wanted)
+            )
         doomed = set(message_ids)
         removed = 0
         for item in items:
-            if 'v' not in item:
+            if item is None or 'v' not in item:
                 continue
             dims = int(item['dims']['N'])
             entries = list(vec.unpack(item['v']['B'], dims))
@@ -187,6 +210,15 @@ class DynamoVectorIndex:
             with aws_errors():
                 self.ddb.put_item(TableName=self.table_name, Item=updated)
         return removed
+
+    def _get(self, key: Item) -> Item | None:
+        with aws_errors():
+            response = self.ddb.get_item(
+                TableName=self.table_name,
+                Key={schema.PK: key[schema.PK], schema.SK: key[schema.SK]},
+                ConsistentRead=True,
+            )
+        return response.get('Item')
 
     def delete_resource(self, resource_id: str) -> None:
         """See `VectorIndex.delete_resource`: Query the partition's keys, BatchWriteItem deletes."""
@@ -213,6 +245,14 @@ class DynamoVectorIndex:
             vectors += int(item['n']['N'])
             size += len(item['v']['B']) if 'v' in item else 0
         return {'vectors': vectors, 'bytes': size, 'items': items}
+
+
+def _holds_any(key: Item, seqs: Sequence[int]) -> bool:
+    """Does the batch item (`first seq` ending its key, `through` its last) cover one of the sorted `seqs`?"""
+    first = int(key[schema.SK]['S'].rsplit('#', 1)[1])
+    through = int(key['through']['N'])
+    index = bisect.bisect_left(seqs, first)
+    return index < len(seqs) and seqs[index] <= through
 
 
 def _chunks(packed: list[vec.PackedVector]) -> list[list[vec.PackedVector]]:

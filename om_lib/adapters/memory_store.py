@@ -262,10 +262,27 @@ class InMemoryStore:
             generations.append(stored)
             return stored
 
-    def list_generations(self, key: str, *, limit: int = 10) -> list[OMRecord]:
+    def list_generations(self, key: str, *, limit: int = 10, before: int | None = None) -> list[OMRecord]:
         """See `MemoryStore.list_generations`."""
         with self._lock:
-            return list(reversed(self._records.get(key, [])))[:limit]
+            newest_first = reversed(self._records.get(key, []))
+            return [r for r in newest_first if before is None or r.generation < before][:limit]
+
+    def rewrite_generation(self, record: OMRecord) -> None:
+        """See `MemoryStore.rewrite_generation`."""
+        with self._lock:
+            generations = self._records.get(record.key, [])
+            for index, old in enumerate(generations[:-1]):  # never the head
+                if old.generation == record.generation:
+                    generations[index] = record.model_copy(update={'version': old.version})
+
+    def delete_generations(self, key: str, generations: Sequence[int]) -> None:
+        """See `MemoryStore.delete_generations`."""
+        doomed = set(generations)
+        with self._lock:
+            kept = self._records.get(key)
+            if kept:
+                self._records[key] = [r for r in kept[:-1] if r.generation not in doomed] + [kept[-1]]
 
     # -- erase ----------------------------------------------------------------------------------------------------
     def delete_thread(self, resource_id: str, thread_id: str) -> None:

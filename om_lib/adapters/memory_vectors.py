@@ -48,7 +48,15 @@ class InMemoryVectorIndex:
             ]
         return [VectorHit(t, e.message_id, e.seq, s) for s, t, e in vec.top_k(query, candidates, top_k)]
 
-    def delete_messages(self, resource_id: str, thread_id: str, message_ids: Sequence[str] | None) -> int:
+    def delete_messages(
+        self,
+        resource_id: str,
+        thread_id: str,
+        message_ids: Sequence[str] | None,
+        *,
+        seqs: Sequence[int] | None = None,
+    ) -> int:
+        """See `VectorIndex.delete_messages` (`seqs` is not needed in memory)."""
         with self._lock:
             spaces = self._data.get(resource_id, {}).get(thread_id)
             if not spaces:

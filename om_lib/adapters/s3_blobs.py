@@ -9,14 +9,16 @@ The decision of *what* to offload lives in the store; this module only moves byt
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote, unquote_plus
 
 from botocore.exceptions import ClientError
 
 from om_lib.adapters.aws_errors import aws_errors, error_code
+from om_lib.uploads import Upload
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -37,6 +39,37 @@ def resource_prefix(resource_id: str) -> str:
 def thread_prefix(resource_id: str, thread_id: str) -> str:
     """The key prefix of everything stored for one thread of a resource (ends with `/`)."""
     return f'{resource_prefix(resource_id)}threads/{_segment(thread_id)}/'
+
+
+# `<resource>/threads/<thread>/attachments/<incarnation>-<unique>/<filename>`: the segments are quoted (no `/`), the
+# incarnation (om_lib.uploads) says which thread of that id the URL was issued for. Keys written before it was
+# recorded have `<unique>` alone.
+ATTACHMENTS = 'attachments'
+ATTACHMENT_KEY_PATTERN = f'*/threads/*/{ATTACHMENTS}/*'
+_UPLOAD_DIR = re.compile(r'(?:(?P<incarnation>\d{8}T\d{12}Z)-)?[0-9a-f]{32}')
+
+
+def attachment_key(upload: Upload, filename: str, unique: str) -> str:
+    """The object key of a new attachment (the filename is kept, quoted, for downloads and the model's benefit)."""
+    folder = f'{upload.incarnation}-{unique}' if upload.incarnation else unique
+    return f'{thread_prefix(upload.resource_id, upload.thread_id)}{ATTACHMENTS}/{folder}/{quote(filename, safe="._-")}'
+
+
+def notified_key(key: str) -> str:
+    """An object key as an S3 notification carried it: URL-encoded in some (every key of ours has a `/`, an encoded
+    one has none), as is in others."""
+    return unquote_plus(key) if '/' not in key and '%2F' in key.upper() else key
+
+
+def parse_attachment_key(key: str) -> Upload | None:
+    """Whose attachment an object key is, or None for any other key."""
+    parts = key.split('/')
+    if len(parts) < 6 or parts[1] != 'threads' or parts[3] != ATTACHMENTS:
+        return None
+    folder = _UPLOAD_DIR.fullmatch(parts[4])
+    if folder is None or not parts[0] or not parts[2]:
+        return None
+    return Upload(unquote(parts[0]), unquote(parts[2]), folder['incarnation'])
 
 
 class S3Blobs:

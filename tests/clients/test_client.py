@@ -93,6 +93,30 @@ def test_step_sends_client_side_ids_and_camel_case() -> None:
     assert body['messages'][2]['createdAt'].startswith('2026-01-01T00:00:00')
 
 
+def test_every_request_with_a_body_says_it_is_json() -> None:
+    # The API refuses a body without a Content-Type (415): every call that sends one must name it
+    transport = Scripted(lambda r: httpx.Response(204) if r.method == 'DELETE' else httpx.Response(200, json={}))
+    om, _ = client(transport)
+    calls = [
+        lambda: om.step('t1', ['hi']),
+        lambda: om.turn('t1', ['done']),
+        lambda: om.chat('t1', 'hello'),
+        lambda: om.delete_messages('t1', ['m1']),
+        lambda: om.query_messages('t1', per_page=5),
+        lambda: om.update_working_memory('# Me', thread_id='t1'),
+    ]
+    for call in calls:
+        try:
+            call()
+        except Exception:  # noqa: BLE001 - the scripted answers do not parse: only the requests matter here
+            pass
+    with_body = [r for r in transport.requests if r.content]
+    assert len(with_body) == len(calls)
+    assert all(r.headers['Content-Type'] == 'application/json' for r in with_body), [
+        (r.method, r.url.path, r.headers.get('Content-Type')) for r in with_body
+    ]
+
+
 def test_a_retried_write_sends_the_same_message_ids() -> None:
     transport = Scripted(error(503, 'model_unavailable'), httpx.Response(200, json={'saved': ['a'], 'parts': []}))
     om, sleeps = client(transport)
@@ -259,6 +283,7 @@ def test_every_code_the_server_answers_has_its_own_class() -> None:
         'invalid_input', 'retrieval_disabled', 'working_memory_disabled', 'invalid_working_memory',
         'working_memory_too_large', 'model_unavailable', 'model_error', 'storage_unavailable', 'internal_error',
         'too_many_requests', 'dependency_unavailable', 'timeout', 'bad_request', 'invalid_id', 'too_large',
+        'unsupported_media_type', 'origin_not_allowed',
     }  # fmt: skip
     assert server_codes <= set(BY_CODE)
     assert len({BY_CODE[c] for c in server_codes}) == len(server_codes)

@@ -50,7 +50,7 @@ def resources(template: Any) -> Resources:
 
 
 # One stack with every opt-in and opt-out at once (synthesised once): a throwaway stack, all models offline, API keys,
-# an operator role, no reserved concurrency, other throttling, the memory inspector served.
+# an operator role, no reserved concurrency, other throttling, the memory inspector served, allowed web origins.
 VARIANT = {
     'removalPolicy': 'destroy',
     'omConfig': '{"model": "offline", "actorModel": "offline"}',
@@ -61,6 +61,7 @@ VARIANT = {
     'apiBurstLimit': '40',
     'wafRateLimit': '500',
     'inspector': 'true',
+    'allowedOrigins': 'https://app.example.com,http://localhost:5173',
 }
 
 

@@ -30,12 +30,13 @@ CONFIG = {
 }
 OBSERVATIONS = '<observations>\nDate: Mar 3, 2025\n{lines}\n</observations>'
 # The ESM polls and deletes with the worker's role; the local stack's poller stands in for it.
-ACTING_FOR = {'stack:om-queue-poller': 'buffer_worker'}
+ACTING_FOR = {'stack:om-queue-poller': 'buffer_worker', 'stack:om-uploads-poller': 'orphan_uploads'}
 FUNCTION_OF_SPEC = {
     'ApiFunction': 'api',
     'BufferWorkerFunction': 'buffer_worker',
     'ReflectionFunction': 'reflection',
     'SweeperFunction': 'sweeper',
+    'OrphanUploadsFunction': 'orphan_uploads',
 }
 
 
@@ -47,6 +48,14 @@ def _gemini(request: FakeRequest) -> FakeReply:
         lines = '\n'.join(f'* 🔴 (09:0{i}) User said Maya moves to Lisbon, fact {i} of many' for i in range(8))
         return FakeReply.text(OBSERVATIONS.format(lines=lines))
     return FakeReply.text('Noted.')
+
+
+def _json_call(base: str, method: str, path: str, body: Any) -> Any:
+    request = urllib.request.Request(
+        base + path, data=json.dumps(body).encode(), method=method, headers={'Content-Type': 'application/json'}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())
 
 
 def _call(base: str, method: str, path: str, body: Any = None) -> int:
@@ -125,7 +134,20 @@ def _converse(stack: Any) -> None:
     stack.drain(60)
     _sweep_an_hour_later(stack)
     stack.drain(60)
+    # An upload URL of t2 used after t2 is erased: the bucket reports the upload and the orphan-upload function
+    # deletes it (reading the thread, deleting the object).
+    late = {'resourceId': resource, 'threadId': 't2', 'filename': 'late.txt', 'mediaType': 'text/plain', 'size': 4}
+    upload = _json_call(base, 'POST', '/attachments', late)
     assert _call(base, 'DELETE', f'/threads/t2?resourceId={resource}') == 204
+    put = urllib.request.Request(
+        upload['uploadUrl'],
+        data=b'late',
+        method='PUT',
+        headers={'Content-Type': 'text/plain', 'x-amz-server-side-encryption': 'AES256'},
+    )
+    with urllib.request.urlopen(put, timeout=30) as response:
+        assert response.status == 200
+    stack.drain(60)
     assert _call(base, 'DELETE', f'/resources/{resource}') == 204
 
 
@@ -172,7 +194,7 @@ def _key_services(resources: Resources, role: str) -> set[str]:
 
 
 def test_the_conversation_exercised_every_function(observed: dict[str, set[tuple[str, str]]]) -> None:
-    assert {'api', 'buffer_worker', 'reflection', 'sweeper'} <= set(observed)
+    assert {'api', 'buffer_worker', 'reflection', 'sweeper', 'orphan_uploads'} <= set(observed)
     # Every function that calls a model read the key itself (the cache is off), and the sweeper never did.
     readers = {f for f, calls in observed.items() if any(a == 'secretsmanager:GetSecretValue' for a, _ in calls)}
     assert {'api', 'buffer_worker', 'reflection'} <= readers and 'sweeper' not in readers
@@ -198,8 +220,9 @@ def test_every_call_a_function_makes_is_allowed_to_its_role(
         elif kind == 'bucket':
             wants_objects = resource.endswith('/object')
             assert any(('/*' in g) == wants_objects for g in grants), f'{spec.construct_id}: {action} on {resource}'
-        elif kind == 'queue':
-            assert any('WorkQueue' in g and 'DeadLetter' not in g for g in grants), (spec.construct_id, action)
+        elif kind == 'queue':  # the local stack's queue names: `<prefix>-work.fifo`, `<prefix>-uploads`
+            construct = 'OrphanUploadCleanupQueue' if resource.endswith('-uploads') else 'WorkQueue'
+            assert any(construct in g and 'DeadLetter' not in g for g in grants), (spec.construct_id, action)
         elif kind == 'state-machine':
             assert any(':stateMachine:' in g and '-reflection' in g for g in grants), (spec.construct_id, action)
         if service in {'dynamodb', 's3', 'sqs', 'secretsmanager'}:

@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 from infra.app import SettingsError, build_app, settings_from_context
-from infra.constants import API_FUNCTION, BUFFER_WORKER_FUNCTION, REFLECTION_FUNCTION, SWEEPER_FUNCTION
+from infra.constants import (
+    API_FUNCTION,
+    BUFFER_WORKER_FUNCTION,
+    ORPHAN_UPLOADS_FUNCTION,
+    REFLECTION_FUNCTION,
+    SWEEPER_FUNCTION,
+)
 from infra.constructs.model_access import Arns, ModelGrants, bedrock_resources, function_grants
 from om_lib.config import OMConfig
 from tests.infra.conftest import FAST, assert_nag_clean_and_listed_in_readme, synth_stack
@@ -235,8 +241,8 @@ def test_an_openai_actor_gets_its_own_secret_read_by_the_api_only() -> None:
         api = r['Properties']['Handler'] == API_FUNCTION.handler
         assert env.get('OM_OPENAI_SECRET_ARN') == ({'Ref': secrets['OpenAI']} if api else None)
         assert env.get('OPENAI_BASE_URL') == ('https://gw.example.com/v1' if api else None)
-        sweeper = r['Properties']['Handler'] == SWEEPER_FUNCTION.handler
-        assert env.get('OM_GEMINI_SECRET_ARN') == (None if sweeper else {'Ref': secrets['Gemini']})
+        no_model = r['Properties']['Handler'] in (SWEEPER_FUNCTION.handler, ORPHAN_UPLOADS_FUNCTION.handler)
+        assert env.get('OM_GEMINI_SECRET_ARN') == (None if no_model else {'Ref': secrets['Gemini']})
         assert 'OPENAI_API_KEY' not in env
     # One key-policy statement per reader, however many of the stack's secrets it reads
     (key,) = [r for r in resources.values() if r['Type'] == 'AWS::KMS::Key']

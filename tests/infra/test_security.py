@@ -80,7 +80,7 @@ def test_each_function_role_grants_exactly_its_declared_access(resources: Resour
         expected |= {'sqs:SendMessage'} if access.sends_jobs else set()
         expected |= {'states:StartExecution'} if access.starts_reflections else set()
         expected |= {'secretsmanager:GetSecretValue'} if access.model_roles else set()
-        if access.consumes_jobs:  # the event source mapping's own grant
+        if access.consumes_jobs or access.consumes_upload_events:  # the event source mapping's own grant
             expected |= {'sqs:ReceiveMessage', 'sqs:ChangeMessageVisibility', 'sqs:GetQueueUrl', 'sqs:DeleteMessage'}
             expected |= {'sqs:GetQueueAttributes', 'kms:Decrypt'}
         assert _allowed(resources, spec) == expected, spec.construct_id
@@ -117,8 +117,9 @@ def test_table_grants_name_each_index_and_the_attention_index_is_the_sweepers(re
         (grant,) = [
             s for s in role_statements(resources, role_of(resources, spec)) if 'dynamodb:GetItem' in s['Action']
         ]
-        indexes = {json.dumps(r).rsplit('/index/', 1)[1].split('"')[0] for r in grant['Resource'][1:]}
-        assert grant['Resource'][0] == {'Fn::GetAtt': [table, 'Arn']}
+        granted = as_list(grant['Resource'])
+        indexes = {json.dumps(r).rsplit('/index/', 1)[1].split('"')[0] for r in granted[1:]}
+        assert granted[0] == {'Fn::GetAtt': [table, 'Arn']}
         assert indexes == set(spec.access.indexes), spec.construct_id
         assert ('GSI2' in indexes) == (spec is SWEEPER_FUNCTION)
 
@@ -185,10 +186,10 @@ def test_one_customer_managed_key_with_rotation_encrypts_everything_stored(templ
     (rule,) = bucket['BucketEncryption']['ServerSideEncryptionConfiguration']
     assert rule['ServerSideEncryptionByDefault'] == {'SSEAlgorithm': 'aws:kms', 'KMSMasterKeyID': arn}
     queues = of_type(resources, 'AWS::SQS::Queue')
-    assert len(queues) == 2 and all(q['KmsMasterKeyId'] == arn for q in queues.values())
+    assert len(queues) == 4 and all(q['KmsMasterKeyId'] == arn for q in queues.values())
     log_groups = of_type(resources, 'AWS::Logs::LogGroup')
-    # Four functions, the state machine's logs and the API's access logs.
-    assert len(log_groups) == 6 and all(g['KmsKeyId'] == arn for g in log_groups.values())
+    # Five functions, the state machine's logs and the API's access logs.
+    assert len(log_groups) == 7 and all(g['KmsKeyId'] == arn for g in log_groups.values())
     (topic,) = of_type(resources, 'AWS::SNS::Topic').values()
     assert topic['KmsMasterKeyId'] == arn
     (secret,) = of_type(resources, 'AWS::SecretsManager::Secret').values()
@@ -208,9 +209,13 @@ def test_the_key_policy_lets_only_the_stacks_roles_and_cloudwatch_use_the_key(re
             continue
         service = principal.get('Service')
         if service is not None:
-            assert 'cloudwatch.amazonaws.com' == service or 'logs.' in json.dumps(service), statement
+            assert service in ('cloudwatch.amazonaws.com', 'events.amazonaws.com') or 'logs.' in json.dumps(service)
             if 'logs.' in json.dumps(service):
                 assert 'kms:EncryptionContext:aws:logs:arn' in json.dumps(statement['Condition'])
+            if service == 'events.amazonaws.com':  # EventBridge, for the upload rule's queue only
+                assert actions == {'kms:Decrypt', 'kms:GenerateDataKey'}, statement
+                source = json.dumps(statement['Condition']['ArnEquals']['aws:SourceArn'])
+                assert ':rule/' in source and '-orphan-uploads' in source, statement
             continue
         # A role: one of the functions' (through its services only), or the deployment role (DynamoDB and
         # Secrets Manager only, to create the table and the secret).
@@ -229,7 +234,8 @@ def test_each_role_uses_the_key_only_through_the_services_it_calls(resources: Re
         role = role_of(resources, spec)
         services = set().union(*(_via(s) for s in statements if _principal_is_role(s, role)))
         access = spec.access
-        expected = {'dynamodb', 's3'} | ({'sqs'} if access.sends_jobs or access.consumes_jobs else set())
+        consumes = access.sends_jobs or access.consumes_jobs or access.consumes_upload_events
+        expected = {'dynamodb', 's3'} | ({'sqs'} if consumes else set())
         expected |= {'secretsmanager'} if access.model_roles else set()
         assert services == expected, spec.construct_id
 

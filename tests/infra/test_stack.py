@@ -122,9 +122,9 @@ def test_bucket_is_private_encrypted_tls_only_with_lifecycle_rules(template: Any
 
 def test_work_queue_is_encrypted_fifo_with_a_dead_letter_queue(resources: Resources) -> None:
     queues = of_type(resources, 'AWS::SQS::Queue')
-    assert len(queues) == 2
+    assert len(queues) == 4  # the work queue, the upload events' queue, and a dead-letter queue for each
     dlq_id = _ref(resources, 'AWS::SQS::Queue', 'WorkQueueDeadLetterQueue')
-    work = next(props for key, props in queues.items() if key != dlq_id)
+    work = queues[_ref(resources, 'AWS::SQS::Queue', 'WorkQueue')]
     assert work['FifoQueue'] is True and queues[dlq_id]['FifoQueue'] is True
     assert work['RedrivePolicy'] == {'deadLetterTargetArn': {'Fn::GetAtt': [dlq_id, 'Arn']}, 'maxReceiveCount': 10}
     key = _ref(resources, 'AWS::KMS::Key', 'MemoryKey')
@@ -136,7 +136,12 @@ def test_work_queue_is_encrypted_fifo_with_a_dead_letter_queue(resources: Resour
 
 
 def test_buffer_worker_alias_consumes_the_queue_reporting_batch_item_failures(resources: Resources) -> None:
-    (mapping,) = of_type(resources, 'AWS::Lambda::EventSourceMapping').values()
+    work_queue = _ref(resources, 'AWS::SQS::Queue', 'WorkQueue')
+    (mapping,) = [
+        m
+        for m in of_type(resources, 'AWS::Lambda::EventSourceMapping').values()
+        if m['EventSourceArn'] == {'Fn::GetAtt': [work_queue, 'Arn']}
+    ]
     assert mapping['FunctionResponseTypes'] == ['ReportBatchItemFailures']
     assert mapping['EventSourceArn'] == {'Fn::GetAtt': [_ref(resources, 'AWS::SQS::Queue', 'WorkQueue'), 'Arn']}
     # Through the alias (SnapStart runs published versions only).
@@ -198,7 +203,10 @@ def test_gateway_responses_use_the_error_shape_and_json(resources: Resources) ->
     required = {'DEFAULT_4XX', 'DEFAULT_5XX', 'UNAUTHORIZED', 'ACCESS_DENIED', 'THROTTLED', 'REQUEST_TOO_LARGE'}
     assert required <= set(responses)
     for kind, response in responses.items():
-        assert response['ResponseParameters'] == {'gatewayresponse.header.Content-Type': "'application/json'"}, kind
+        assert response['ResponseParameters'] == {
+            'gatewayresponse.header.Content-Type': "'application/json'",
+            'gatewayresponse.header.X-Content-Type-Options': "'nosniff'",
+        }, kind
         template = response['ResponseTemplates']['application/json']
         # Render the template as API Gateway would (messageString is a quoted JSON string).
         body = json.loads(template.replace('$context.error.messageString', '"Too Many Requests"'))
@@ -231,10 +239,37 @@ def test_the_inspector_page_is_served_only_when_asked_for_and_behind_the_same_au
     # go through the same proxy methods as every route)
     serving = [key for key, f in _functions(variant).items() if env(f).get('OM_INSPECTOR') == 'true']
     assert serving == [_ref(variant, 'AWS::Lambda::Function', 'ApiFunction')]
-    methods = of_type(variant, 'AWS::ApiGateway::Method')
-    assert len(methods) == 2 and all(m['AuthorizationType'] == 'AWS_IAM' for m in methods.values())
+    methods = [m for m in of_type(variant, 'AWS::ApiGateway::Method').values() if m['HttpMethod'] != 'OPTIONS']
+    assert len(methods) == 2 and all(m['AuthorizationType'] == 'AWS_IAM' for m in methods)
     with pytest.raises(SettingsError, match='inspector must be true or false'):
         settings_from_context({'inspector': 'maybe'})
+
+
+def test_allowed_origins_reach_the_api_function_and_get_preflights_at_the_gateway(
+    resources: Resources, variant: Resources
+) -> None:
+    env = lambda f: f.get('Environment', {}).get('Variables', {})  # noqa: E731 - custom resources have none
+    # By default: no origin but the API's own may write, and nothing answers a preflight
+    assert not any('OM_ALLOWED_ORIGINS' in env(f) for f in _functions(resources).values())
+    assert not [m for m in of_type(resources, 'AWS::ApiGateway::Method').values() if m['HttpMethod'] == 'OPTIONS']
+    # With -c allowedOrigins=...: the API function (only) gets the list ...
+    allowing = {
+        key: env(f)['OM_ALLOWED_ORIGINS'] for key, f in _functions(variant).items() if 'OM_ALLOWED_ORIGINS' in env(f)
+    }
+    assert allowing == {
+        _ref(variant, 'AWS::Lambda::Function', 'ApiFunction'): 'https://app.example.com,http://localhost:5173'
+    }
+    # ... and the gateway answers the preflights of exactly those origins, on every path, with no credentials needed
+    preflights = [m for m in of_type(variant, 'AWS::ApiGateway::Method').values() if m['HttpMethod'] == 'OPTIONS']
+    assert len(preflights) == 2
+    for method in preflights:
+        assert method['AuthorizationType'] == 'NONE' and method['ApiKeyRequired'] is False
+        assert method['Integration']['Type'] == 'MOCK'
+        text = json.dumps(method['Integration'])
+        assert 'https://app.example.com' in text and 'http://localhost:5173' in text and '*' not in text
+    for bad in ('*', 'app.example.com', 'https://app.example.com/path'):
+        with pytest.raises(SettingsError, match='allowedOrigins'):
+            settings_from_context({'allowedOrigins': bad})
 
 
 def test_jwt_mode_uses_a_cognito_authorizer_and_passes_the_claim() -> None:
@@ -329,7 +364,7 @@ def test_an_existing_secret_can_be_imported_by_arn() -> None:
     resources = template.to_json()['Resources']
     assert not of_type(resources, 'AWS::SecretsManager::Secret')
     envs = [f['Environment']['Variables'] for f in _functions(resources).values()]
-    assert sorted(env.get('OM_GEMINI_SECRET_ARN', '') for env in envs) == ['', arn, arn, arn]
+    assert sorted(env.get('OM_GEMINI_SECRET_ARN', '') for env in envs) == ['', '', arn, arn, arn]
     readers = [s for s in _statements(resources) if s['Action'] == 'secretsmanager:GetSecretValue']
     assert {s['Resource'] for s in readers} == {arn}
 

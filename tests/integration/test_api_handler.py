@@ -151,13 +151,13 @@ def aws(aws_env: None) -> Iterator[None]:
 
 @pytest.fixture
 def api(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
-    from functions.api import attachments, handler
+    from functions.api import handler
 
     _wiring.reset()
-    attachments.s3_client.cache_clear()
+    _wiring.upload_signer.cache_clear()
     yield Api(handler)
     _wiring.reset()
-    attachments.s3_client.cache_clear()
+    _wiring.upload_signer.cache_clear()
 
 
 def assert_error(body: Any, code: str) -> dict[str, Any]:

@@ -71,16 +71,16 @@ def gemini(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGemini]:
 
 @pytest.fixture
 def api(gemini: FakeGemini) -> Iterator[Api]:
-    from functions.api import attachments, handler
+    from functions.api import handler
 
     with mock_aws(config={'core': {'reset_boto3_session': False}}):
         create_table(boto3.client('dynamodb'), TABLE)
         boto3.client('s3').create_bucket(Bucket=BUCKET, CreateBucketConfiguration={'LocationConstraint': 'eu-west-1'})
         _wiring.reset()
-        attachments.s3_client.cache_clear()
+        _wiring.upload_signer.cache_clear()
         yield Api(handler)
         _wiring.reset()
-        attachments.s3_client.cache_clear()
+        _wiring.upload_signer.cache_clear()
 
 
 def turn(api: Api, thread: str, user: str, reply: str, *, resource: str = RES, n: int = 0) -> None:
@@ -270,6 +270,29 @@ def test_dynamo_vector_index_pages_large_resources_and_scopes_threads(api: Api) 
     assert index.search(RES, vectors['m2500'], space=space, top_k=3, thread_id='t1')[0].message_id != 'm2500'
     assert index.search(OTHER, vectors['m2500'], space=space, top_k=3) == []
     assert index.search(RES, vectors['m2500'], space='other@64', top_k=3) == []
+
+
+def test_dynamo_vector_index_deletes_by_seq_reading_only_the_batches_that_hold_them(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = DynamoVectorIndex(TABLE)
+    rng = random.Random(5)
+    vectors = {f'm{i}': [rng.gauss(0, 1) for _ in range(64)] for i in range(1000)}
+    entries = [VectorEntry(mid, i + 1, v) for i, (mid, v) in enumerate(vectors.items())]
+    for start in range(0, 1000, 100):  # ten indexing jobs: batch items of 100 messages, several per job
+        index.add(RES, 't1', entries[start : start + 100], through_seq=start + 100, space='test@64')
+    items = index.stats(RES)['items']
+    read: list[str] = []
+    real_get = index._get
+    monkeypatch.setattr(index, '_get', lambda key: read.append(key['SK']['S']) or real_get(key))
+
+    assert index.delete_messages(RES, 't1', ['m450', 'm451', 'm999'], seqs=[451, 452, 1000]) == 3
+
+    assert len(read) == 2 < items  # the batch of m450/m451 and the one of m999, not every item of the thread
+    assert index.stats(RES)['vectors'] == 997
+    left = {h.message_id for h in index.search(RES, vectors['m451'], space='test@64', top_k=5)}
+    assert 'm451' not in left and 'm450' not in left
+    assert index.delete_messages(RES, 't1', None) == 997 and index.stats(RES)['items'] == 0
 
 
 def test_the_embedder_follows_the_settings(gemini: FakeGemini, monkeypatch: pytest.MonkeyPatch) -> None:

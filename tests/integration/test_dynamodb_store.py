@@ -201,6 +201,22 @@ def test_lease_changes_do_not_rewrite_the_offloaded_document(store, aws):
     assert store.get_record('thread:r1/t1') == committed
 
 
+def test_rewritten_and_dropped_generations_leave_no_document_behind(store, aws):
+    _, s3 = aws
+    head = store.put_record(thread_record(active_observations='x' * (50 * KB)), expected_version=None)
+    for n in (1, 2):
+        new = head.model_copy(update={'id': f'rec-{n}', 'generation': n, 'active_observations': f'{n}' * (50 * KB)})
+        head = store.put_generation(new, expected_version=head.version)
+    assert len(bucket_keys(s3)) == 3  # one document per generation
+    first = store.list_generations('thread:r1/t1', before=1)[0]
+    store.rewrite_generation(first.model_copy(update={'active_observations': 'c' * (50 * KB)}))
+    assert len(bucket_keys(s3)) == 3  # the rewritten generation's old document is gone
+    assert store.list_generations('thread:r1/t1', before=1)[0].active_observations == 'c' * (50 * KB)
+    store.delete_generations('thread:r1/t1', [0, 1])
+    assert len(bucket_keys(s3)) == 1  # only the head's
+    assert [r.generation for r in store.list_generations('thread:r1/t1')] == [2]
+
+
 def test_losing_writer_leaves_no_object(store, aws):
     _, s3 = aws
     head = store.put_record(thread_record(active_observations='x' * (50 * KB)), expected_version=None)

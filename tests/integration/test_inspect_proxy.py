@@ -204,12 +204,42 @@ def test_bearer_tokens_pass_through_from_the_environment_or_the_flag(monkeypatch
     ],
 )
 def test_bad_input_is_one_clear_line_and_exit_status_2(
-    args: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    args: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     monkeypatch.delenv('OM_BEARER_TOKEN', raising=False)
+    for name in ('AWS_REGION', 'AWS_DEFAULT_REGION', 'AWS_PROFILE'):  # no region anywhere
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv('AWS_CONFIG_FILE', str(tmp_path / 'none'))
     assert main(['inspect', '--port', '0', *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith('om inspect: ') and message in err and err.count('\n') == 1, err
+
+
+@pytest.mark.parametrize('source', ['AWS_REGION', 'AWS_DEFAULT_REGION', 'profile'])
+def test_the_region_is_read_as_the_aws_cli_reads_it(
+    source: str, aws_identity: None, sigv4_api: VerifyingApi, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A custom domain (not an execute-api host) and no --region: the region comes from the environment or the profile
+    for name in ('AWS_REGION', 'AWS_DEFAULT_REGION'):
+        monkeypatch.delenv(name, raising=False)
+    if source == 'profile':
+        config = tmp_path / 'config'
+        config.write_text(f'[profile inspect]\nregion = {REGION}\n')
+        monkeypatch.setenv('AWS_CONFIG_FILE', str(config))
+        monkeypatch.setenv('AWS_PROFILE', 'inspect')
+    else:
+        monkeypatch.setenv(source, REGION)
+        if source == 'AWS_REGION':
+            monkeypatch.setenv('AWS_DEFAULT_REGION', 'us-west-2')  # AWS_REGION wins, as in the AWS CLI
+    upstream = inspect.Upstream(sigv4_api.url, inspect.make_signer('iam', sigv4_api.url, token=None, region=None))
+    inspect.check_reachable(upstream)  # the verifying API refuses a signature for any other region
+    with inspect.InspectServer(upstream) as server:
+        status, body = fetch(server.url.removesuffix('/inspector') + '/threads/t1/memory?resourceId=r')
+    assert status == 200, body
 
 
 def test_refused_credentials_are_named_at_start(aws_identity: None, sigv4_api: VerifyingApi, capsys) -> None:

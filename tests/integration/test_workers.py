@@ -355,3 +355,27 @@ def test_buffered_reflection_through_the_reflection_function_is_staged_then_acti
     assert head.generation == staged.generation + 1
     assert 'Later fact 5: client Ortega paid invoice 2005 by wire.' in head.active_observations
     assert head.background_parts == ()
+
+
+def test_orphan_uploads_sample_event_deletes_an_upload_of_an_erased_thread_and_keeps_a_live_ones(aws):
+    from om_lib.adapters.s3_blobs import attachment_key
+    from om_lib.uploads import Upload, incarnation
+
+    s3 = boto3.client('s3')
+    event = load_event('orphan_uploads', 'object_created')
+    key = json.loads(event['Records'][0]['body'])['detail']['object']['key']
+    # The sample event's upload: its thread does not exist (erased), so the object goes
+    s3.put_object(Bucket=BUCKET, Key=key, Body=b'%PDF-1.4 hello')
+    assert invoke('orphan_uploads', event) == {'batchItemFailures': []}
+    assert s3.list_objects_v2(Bucket=BUCKET).get('KeyCount') == 0
+    # An upload for the thread as it is now stays; a malformed record is reported for redelivery
+    thread = _wiring.store().create_thread(RESOURCE, THREAD, now=datetime.now(UTC))
+    live = attachment_key(Upload(RESOURCE, THREAD, incarnation(thread)), 'a.pdf', '0' * 32)
+    s3.put_object(Bucket=BUCKET, Key=live, Body=b'ok')
+    records = [copy.deepcopy(r) for r in event['Records'] * 2]
+    body = json.loads(records[0]['body'])
+    body['detail']['object']['key'] = live
+    records[0]['body'] = json.dumps(body)
+    records[1].update(messageId='broken', body='{"not": "an S3 event"}')
+    assert invoke('orphan_uploads', {'Records': records}) == {'batchItemFailures': [{'itemIdentifier': 'broken'}]}
+    assert [o['Key'] for o in s3.list_objects_v2(Bucket=BUCKET)['Contents']] == [live]

@@ -36,7 +36,13 @@ def test_ids_in_the_grammar(value):
         ('a b', "contains whitespace (' ')"),
         ('a\u00a0b', "contains whitespace ('\\xa0')"),
         ('nul\x00', "contains '\\x00' (U+0000)"),
-        ('rtl\u202e', "contains '\\u202e' (U+202E)"),
+        ('rtl\u202e', 'contains an invisible character (U+202E)'),
+        ('\u3164', 'contains a Hangul filler (U+3164)'),
+        (
+            'e\u0301',
+            'is not in Unicode normalisation form C (NFC): normalise it first, e.g. '
+            "unicodedata.normalize('NFC', id) in Python or id.normalize('NFC') in JavaScript",
+        ),
         ('\ud800', "contains '\\ud800' (U+D800)"),
         ('..', "is '..', which URLs treat as a path step"),
         ('a"b', "contains '\"' (U+0022)"),
@@ -84,9 +90,12 @@ def test_a_body_is_admitted_as_utf8_text_or_refused_before_it_is_parsed():
 
     from functions.api.edge import admit
 
-    def sent(raw: bytes) -> dict:
-        return {'path': '/health', 'body': base64.b64encode(raw).decode(), 'isBase64Encoded': True, 'headers': {}}
+    def sent(raw: bytes, content_type: str | None = 'application/json') -> dict:
+        headers = {'Content-Type': content_type} if content_type else {}
+        return {'path': '/health', 'body': base64.b64encode(raw).decode(), 'isBase64Encoded': True, 'headers': headers}
 
+    refusal, _ = admit(sent(b'{}', content_type=None))
+    assert refusal is not None and refusal['statusCode'] == 415
     refusal, admitted = admit(sent(b'{"a": "\xc3\xbc"}'))
     assert refusal is None and admitted['isBase64Encoded'] is False
     assert parse(admitted['body']) == {'a': 'ü'}
@@ -110,3 +119,40 @@ def test_a_record_key_sqs_cannot_take_as_a_group_id_is_hashed():
         group = message_group_id(key)
         assert len(group) == 64 and group.isalnum() and group == message_group_id(key)
     assert message_group_id(long_key) != message_group_id(long_key[:-1])
+
+
+@pytest.mark.parametrize(
+    ('value', 'canonical'),
+    [
+        ('https://App.Example.com', 'https://app.example.com:443'),
+        ('https://app.example.com:443/', 'https://app.example.com:443'),
+        ('http://localhost:5173', 'http://localhost:5173'),
+        ('http://[::1]:8787', 'http://[::1]:8787'),
+        ('null', None),
+        ('file://', None),
+        ('https://app.example.com/path', None),
+        ('https://user@app.example.com', None),
+        ('http://localhost:99999', None),
+        ('chrome-extension://abc', None),
+    ],
+)
+def test_origins_compare_in_one_canonical_form(value, canonical):
+    from functions.origins import canonical_origin
+
+    assert canonical_origin(value) == canonical
+
+
+def test_an_allow_list_names_origins_only():
+    from functions.origins import own_origin, parse_origins
+
+    assert parse_origins(' https://a.example , http://localhost:3000,') == {
+        'https://a.example:443',
+        'http://localhost:3000',
+    }
+    for bad in ('*', 'a.example', 'https://a.example/app'):
+        with pytest.raises(ValueError, match='is not a web origin'):
+            parse_origins(bad)
+    assert own_origin('abc.execute-api.eu-west-1.amazonaws.com', 'https') == (
+        'https://abc.execute-api.eu-west-1.amazonaws.com:443'
+    )
+    assert own_origin('127.0.0.1:8787', None) == 'http://127.0.0.1:8787'

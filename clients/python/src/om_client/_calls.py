@@ -489,7 +489,8 @@ class Request:
         """The keyword arguments of `httpx.Client.request` / `httpx.AsyncClient.request`."""
         if self.upload:
             return {'content': self.content, 'headers': dict(self.headers or {})}
-        return {'json': self.json} if self.json is not None else {}
+        # The API refuses a body without `Content-Type: application/json` (415): always say so, whatever httpx does.
+        return {'json': self.json, 'headers': {'Content-Type': 'application/json'}} if self.json is not None else {}
 
 
 @dataclass(frozen=True)

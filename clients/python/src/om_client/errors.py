@@ -38,6 +38,7 @@ __all__ = [
     'ModelUnavailable',
     'NotFound',
     'OMClientError',
+    'OriginNotAllowed',
     'PayloadTooLarge',
     'RateLimited',
     'RetrievalDisabled',
@@ -165,6 +166,10 @@ class ServerError(APIError, status=500, code='server_error'):
 # -- codes ----------------------------------------------------------------------------------------------------------
 class InvalidJSON(BadRequest, code='invalid_json'):
     """400 `invalid_json`: the body is not a JSON object."""
+
+
+class OriginNotAllowed(Forbidden, code='origin_not_allowed'):
+    """403 `origin_not_allowed`: a web page of an origin the API does not allow tried to change data (browsers only)."""
 
 
 class ThreadNotFound(NotFound, code='thread_not_found'):
