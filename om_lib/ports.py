@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -46,6 +46,24 @@ class LanguageModel(Protocol):
         Not idempotent (each call is a new generation). Must return within `timeout_s` seconds, its own retries
         included. Raises ModelUnavailableError (transient: 408/429/5xx, timeouts, network), ModelRequestError
         (permanent: 4xx), or ModelOutputError (empty, blocked or unusable answer).
+        """
+        ...
+
+
+# Receives an answer's text piece by piece as the model streams it.
+TextSink = Callable[[str], None]
+
+
+@runtime_checkable
+class StreamingLanguageModel(Protocol):
+    """A provider that can also stream an answer (the chat Actor's reply, shown as it is written)."""
+
+    def stream(self, model_id: str, request: ModelRequest, *, timeout_s: float, on_text: TextSink) -> ModelResponse:
+        """Like `generate`, but hand the answer's text to `on_text` piece by piece while it arrives.
+
+        Returns the whole answer (its text is the pieces joined) with its function calls and usage, and raises the
+        same errors as `generate`, also after some text was handed on (the caller then must not retry: its listener
+        has part of an answer). `on_text` must not raise.
         """
         ...
 
