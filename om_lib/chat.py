@@ -124,9 +124,11 @@ class TextDelta:
 
 @dataclass(frozen=True)
 class ToolCalled:
-    """The Actor called a tool (`recall` and `updateWorkingMemory` are run here; a caller's own come back to it)."""
+    """The Actor called a tool: `server` ones (`recall`, `updateWorkingMemory`) are run here and answered
+    (`ToolAnswered`); a caller's own come back to it in the reply."""
 
     call: ToolCallPart
+    server: bool = False
 
 
 @dataclass(frozen=True)
@@ -382,7 +384,7 @@ class ChatService:
             call_id = call.id or f'call_{uuid.uuid4().hex}'
             called = ToolCallPart(tool_call_id=call_id, tool_name=call.name, args=call.args)
             call_parts.append(called)
-            hear(ToolCalled(called))
+            hear(ToolCalled(called, server=True))
             if call.name == WORKING_MEMORY_TOOL and working is not None:
                 result, failed = working.run_tool(call.args, resource_id, thread_id)
             else:
