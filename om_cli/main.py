@@ -48,7 +48,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     local_logs.configure(verbose=args.verbose, env=env)
     try:
         stack = LocalStack(
-            host=args.host, port=args.port, config_file=args.config, sweep_interval_s=args.sweep_interval, env=env
+            host=args.host,
+            port=args.port,
+            config_file=args.config,
+            sweep_interval_s=args.sweep_interval,
+            env=env,
+            allowed_hosts=args.allowed_host or (),
         )
         stack.start()
     except OSError as exc:
@@ -486,6 +491,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument('--host', default='127.0.0.1', help='interface to listen on, e.g. --host 0.0.0.0 (all)')
     serve.add_argument('--port', type=int, default=8787, help='port of the API, e.g. --port 8788 (0: any free port)')
     serve.add_argument('--config', metavar='FILE', help=config_help)
+    serve.add_argument(
+        '--allowed-host',
+        action='append',
+        metavar='NAME',
+        help='a name clients may reach the server by besides 127.0.0.1, localhost and [::1] (the Host header), '
+        'e.g. --allowed-host devbox.local (repeatable; other Host names are refused, against DNS rebinding)',
+    )
     serve.add_argument(
         '--sweep-interval',
         type=float,

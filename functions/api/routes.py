@@ -210,7 +210,9 @@ _CHAT_DESCRIPTION = (
 @router.post(
     '/threads/<threadId>/chat',
     summary='Send a user message and get the Actor’s reply (steps + Actor + turns in one call)',
-    description=_CHAT_DESCRIPTION + ' With `Accept: text/event-stream` the answer is streamed as at `/chat/stream`.',
+    description=_CHAT_DESCRIPTION
+    + ' With `Accept: text/event-stream`, or a body of the AI SDK’s shape (`messages`), the answer is streamed as at '
+    '`/chat/stream`.',
     responses={
         200: {'description': 'OK', 'content': {'application/json': {'model': ChatOut}, **_SSE}},
         **_errors(*_COMMON, 404, 409),
@@ -218,8 +220,9 @@ _CHAT_DESCRIPTION = (
     tags=['conversation'],
 )
 def post_chat(threadId: ThreadId, body: Annotated[ChatIn, Body()]) -> Response[Any]:
+    # The AI SDK's transport sends `messages` and reads a stream (without asking for one in Accept).
     accept = router.current_event.headers.get('accept') or ''
-    return _chat(threadId, body, stream=streaming.EVENT_STREAM in accept.lower())
+    return _chat(threadId, body, stream=streaming.EVENT_STREAM in accept.lower() or body.messages is not None)
 
 
 @router.post(

@@ -1,0 +1,266 @@
+"""The streamed chat turn on `om serve`, over real HTTP: frames as they happen, a client that goes away, 50 streams at
+once, retried messages, and the real `ai` npm package reading the stream (tests/e2e/chat_stream.test.mjs).
+
+One stack for the module; the fake Gemini streams the Actor's reply word by word (`:streamGenerateContent`), paced
+so a test can tell "as it happens" from "all at the end".
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from om_cli.local_stack import LocalStack
+from tests.dynalite import ensure_node_tools
+from tests.e2e.conftest import ACTOR_REPLY, Api, running_stack, wait_for
+from tests.fakes.fake_gemini import FakeGemini, FakeReply, FakeRequest
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+RESOURCE = 'stream-user'
+CONFIG = {'model': 'default', 'observation': {'messageTokens': 400, 'bufferTokens': False}}
+OBSERVER = 'You are the memory of an AI assistant'
+OBSERVATIONS = '<observations>\nDate: Mar 3, 2025\n* 🔴 (09:00) User shared travel plans for Lisbon\n</observations>'
+WORD_DELAY_S = 0.03
+
+
+class StreamingGemini:
+    """The Observer answers after `observer_delay_s`; the Actor streams ACTOR_REPLY one word every WORD_DELAY_S."""
+
+    def __init__(self) -> None:
+        self.observer_delay_s = 0.0
+        self.actor_calls = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, request: FakeRequest) -> FakeReply:
+        if OBSERVER in request.system_text:
+            return FakeReply.text(OBSERVATIONS, delay_s=self.observer_delay_s)
+        if 'observation reflector' in request.system_text:
+            return FakeReply.text(OBSERVATIONS)
+        with self._lock:
+            self.actor_calls += 1
+        return FakeReply.text(ACTOR_REPLY + ' Enjoy the trip to Lisbon.').paced(WORD_DELAY_S)
+
+
+@pytest.fixture(scope='module')
+def gemini() -> Iterator[tuple[FakeGemini, StreamingGemini]]:
+    behaviour = StreamingGemini()
+    with FakeGemini(behaviour) as server:
+        yield server, behaviour
+
+
+@pytest.fixture(scope='module')
+def stack(gemini) -> Iterator[LocalStack]:
+    server, _ = gemini
+    with running_stack(server, CONFIG) as running:
+        yield running
+
+
+@pytest.fixture(scope='module')
+def api(stack) -> Api:
+    return Api(stack.url)
+
+
+@dataclass
+class Streamed:
+    """A streamed answer as a client saw it: status, headers, each chunk with when it arrived."""
+
+    status: int
+    headers: dict[str, str]
+    chunks: list[tuple[float, Any]] = field(default_factory=list)
+    body: Any = None
+
+    def types(self) -> list[str]:
+        return [c if isinstance(c, str) else c['type'] for _, c in self.chunks]
+
+    def text(self) -> str:
+        return ''.join(c['delta'] for _, c in self.chunks if isinstance(c, dict) and c['type'] == 'text-delta')
+
+    def first(self, kind: str) -> float:
+        return next(t for t, c in self.chunks if (c if isinstance(c, str) else c['type']) == kind)
+
+
+def stream_chat(
+    url: str, thread: str, body: dict[str, Any], *, stop_after: str | None = None, path: str = 'chat/stream'
+) -> Streamed:
+    """POST a chat and read its event stream frame by frame (`stop_after`: hang up once that chunk arrived)."""
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    started = time.monotonic()
+    connection.request(
+        'POST',
+        f'/threads/{thread}/{path}',
+        body=json.dumps({'resourceId': RESOURCE, **body}),
+        headers={'Content-Type': 'application/json', 'Accept': 'text/event-stream'},
+    )
+    response = connection.getresponse()
+    got = Streamed(response.status, {k.lower(): v for k, v in response.getheaders()})
+    if not got.headers.get('content-type', '').startswith('text/event-stream'):
+        got.body = json.loads(response.read() or b'null')
+        connection.close()
+        return got
+    buffer = b''
+    try:
+        while True:
+            data = response.read1(65536)
+            if not data:
+                break
+            buffer += data
+            while b'\n\n' in buffer:
+                event, buffer = buffer.split(b'\n\n', 1)
+                assert event.startswith(b'data: '), event
+                payload = event[6:].decode()
+                chunk = payload if payload == '[DONE]' else json.loads(payload)
+                got.chunks.append((time.monotonic() - started, chunk))
+                if stop_after is not None and (chunk if isinstance(chunk, str) else chunk['type']) == stop_after:
+                    return got
+    finally:
+        connection.close()
+    return got
+
+
+def stored(api: Api, thread: str) -> list[dict[str, Any]]:
+    status, page = api.get(f'/threads/{thread}/messages?resourceId={RESOURCE}')
+    assert status == 200, page
+    return page['messages']
+
+
+def test_the_turn_streams_as_it_happens(stack, api) -> None:
+    got = stream_chat(stack.url, 'th-basic', {'content': 'I am planning a trip to Lisbon in May.'})
+    assert got.status == 200
+    assert got.headers['content-type'] == 'text/event-stream'
+    assert got.headers['x-vercel-ai-ui-message-stream'] == 'v1'
+    assert got.headers['cache-control'] == 'no-cache' and got.headers['x-accel-buffering'] == 'no'
+    assert got.headers['transfer-encoding'] == 'chunked'
+    types = got.types()
+    assert types[0] == 'start' and types[1] == 'data-om-status' and types[-2:] == ['finish', '[DONE]']
+    order = ['start-step', 'text-start', 'text-delta', 'text-end', 'finish-step', 'finish']
+    assert [types.index(t) for t in order] == sorted(types.index(t) for t in order)
+    # The text arrived word by word as the model wrote it, not all at the end
+    deltas = [t for t, c in got.chunks if isinstance(c, dict) and c['type'] == 'text-delta']
+    assert len(deltas) >= 8 and deltas[-1] - deltas[0] >= 5 * WORD_DELAY_S
+    assert got.first('data-om-status') < deltas[0]
+    # What was streamed is what was stored, under the id `start` announced
+    reply = stored(api, 'th-basic')[-1]
+    assert reply['id'] == got.chunks[0][1]['messageId'] and reply['parts'][0]['text'] == got.text()
+
+
+def test_a_synchronous_observation_is_seen_while_it_runs(stack, api, gemini) -> None:
+    _, behaviour = gemini
+    thread = 'th-observe'
+    long = 'We will stay in Alfama, visit Belem, take tram 28 and eat pasteis de nata every single day. ' * 20
+    # Saved by a step (no turn: nothing is queued for the background), so the next step observes it itself
+    status, _ = api.post(
+        f'/threads/{thread}/steps', {'resourceId': RESOURCE, 'messages': [{'role': 'user', 'content': long}]}
+    )
+    assert status == 200
+    behaviour.observer_delay_s = 0.6
+    try:
+        got = stream_chat(stack.url, thread, {'content': 'What should I pack?'})
+    finally:
+        behaviour.observer_delay_s = 0.0
+    types = got.types()
+    assert types.index('data-om-status') < types.index('data-om-observation-start')
+    assert types.index('data-om-observation-start') < types.index('data-om-observation-end') < types.index('text-start')
+    # observation-start went out when the Observer began, not when it ended
+    assert got.first('data-om-observation-end') - got.first('data-om-observation-start') >= 0.5
+
+
+def test_a_client_that_goes_away_does_not_lose_the_turn(stack, api, gemini) -> None:
+    _, behaviour = gemini
+    calls_before = behaviour.actor_calls
+    got = stream_chat(
+        stack.url, 'th-gone', {'message': {'id': 'gone-1', 'role': 'user', 'content': 'Hi'}}, stop_after='text-delta'
+    )
+    assert got.types()[-1] == 'text-delta'
+    # The reply is still completed and saved, once
+    messages = wait_for(lambda: (m := stored(api, 'th-gone')) and len(m) == 2 and m, timeout=20)
+    assert [m['role'] for m in messages] == ['user', 'assistant']
+    assert messages[1]['parts'][0]['text'].startswith(ACTOR_REPLY)
+    assert behaviour.actor_calls == calls_before + 1
+    # The same message sent again streams the stored reply, with no model call
+    again = stream_chat(stack.url, 'th-gone', {'message': {'id': 'gone-1', 'role': 'user', 'content': 'Hi'}})
+    assert again.text() == messages[1]['parts'][0]['text'] and behaviour.actor_calls == calls_before + 1
+    assert len(stored(api, 'th-gone')) == 2
+
+
+def test_fifty_streams_at_once_lose_nothing(stack, api) -> None:
+    def one(n: int) -> tuple[int, Streamed]:
+        return n, stream_chat(stack.url, f'th-many-{n}', {'content': f'Message number {n} about my trip.'})
+
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        results = list(pool.map(one, range(50)))
+    for n, got in results:
+        assert got.status == 200 and got.types()[-1] == '[DONE]', (n, got.types()[-3:])
+        assert 'error' not in got.types()
+        messages = stored(api, f'th-many-{n}')
+        assert [m['role'] for m in messages] == ['user', 'assistant']
+        assert messages[1]['parts'][0]['text'] == got.text()
+
+
+def test_retries_of_one_message_store_one_reply_and_call_the_actor_once(stack, api, gemini) -> None:
+    _, behaviour = gemini
+    calls_before = behaviour.actor_calls
+    message = {'message': {'id': 'retry-1', 'role': 'user', 'content': 'Remember: my flight is on May 3rd.'}}
+
+    def send(n: int) -> Any:
+        if n % 2:
+            return stream_chat(stack.url, 'th-retry', message)
+        return api.post('/threads/th-retry/chat', {'resourceId': RESOURCE, **message})
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        answers = list(pool.map(send, range(6)))
+    answers.append(send(0))  # and once more after they all finished
+    texts = set()
+    for answer in answers:
+        if isinstance(answer, Streamed):
+            assert answer.status == 200, answer.body
+            texts.add(answer.text())
+        else:
+            status, body = answer
+            assert status == 200, body
+            texts.add(body['reply']['parts'][0]['text'])
+    assert len(texts) == 1
+    assert behaviour.actor_calls == calls_before + 1
+    assert [m['role'] for m in stored(api, 'th-retry')] == ['user', 'assistant']
+
+
+def test_errors_before_the_turn_began_are_statuses_not_streams(stack, api) -> None:
+    stream_chat(stack.url, 'th-err', {'message': {'id': 'e1', 'role': 'user', 'content': 'first'}})
+    got = stream_chat(stack.url, 'th-err', {'message': {'id': 'e1', 'role': 'user', 'content': 'changed'}})
+    assert got.status == 409 and got.body['error']['code'] == 'message_conflict'
+    got = stream_chat(stack.url, 'th-err', {'content': ''})
+    assert got.status == 422 and got.body['error']['code'] == 'validation_error'
+
+
+# -- the real AI SDK reading the stream --------------------------------------------------------------------------------
+def test_the_ai_sdk_reads_the_stream(stack, api) -> None:
+    node = ensure_node_tools('the AI SDK stream tests')
+    script = ROOT / 'tests' / 'e2e' / 'chat_stream.test.mjs'
+    env = {**os.environ, 'OM_API_URL': stack.url, 'OM_RESOURCE_ID': RESOURCE}
+    result = subprocess.run(
+        [node, '--test', '--test-reporter=spec', str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT / 'tests' / 'tools',
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    # What the SDK assembled is what was stored (the script prints the thread it used and the text it assembled)
+    report = json.loads(next(line for line in result.stdout.splitlines() if line.startswith('{"assembled"')))
+    messages = stored(api, report['thread'])
+    assert messages[-1]['parts'][0]['text'] == report['assembled']
