@@ -264,3 +264,49 @@ def test_the_ai_sdk_reads_the_stream(stack, api) -> None:
     report = json.loads(next(line for line in result.stdout.splitlines() if line.startswith('{"assembled"')))
     messages = stored(api, report['thread'])
     assert messages[-1]['parts'][0]['text'] == report['assembled']
+
+
+# -- deployed: the Lambda streaming runtime ---------------------------------------------------------------------------
+def test_the_lambda_runtime_streams_the_turn_to_the_runtime_api(stack, api) -> None:
+    """The chat stream function's runtime loop (functions/api/stream_runtime.py) against a loopback Runtime API: the
+    HTTP integration prelude, its delimiter, then the frames as the turn makes them; refusals as whole answers."""
+    from functions.api.stream_runtime import PRELUDE_DELIMITER, RuntimeApi, serve
+    from om_cli.local_stack import api_gateway_event
+    from tests.fakes.fake_lambda_runtime import FakeRuntimeApi
+
+    def event(thread: str, body: dict[str, Any]) -> dict[str, Any]:
+        headers = {'Content-Type': ['application/json'], 'Accept': ['text/event-stream']}
+        raw = json.dumps({'resourceId': RESOURCE, **body}).encode()
+        return api_gateway_event('POST', f'/threads/{thread}/chat/stream', headers, raw)
+
+    with FakeRuntimeApi() as runtime:
+        streamed = runtime.invoke(event('th-lambda', {'content': 'Hello from API Gateway.'}))
+        refused = runtime.invoke(event('th-lambda', {'content': ''}))
+        loop = threading.Thread(
+            target=serve, args=(RuntimeApi(runtime.address), stack.api_handler), kwargs={'invocations': 2}
+        )
+        loop.start()
+        answer = runtime.answer(streamed)
+        bad = runtime.answer(refused)
+        loop.join(30)
+    assert answer.kind == 'response'
+    assert answer.headers['lambda-runtime-function-response-mode'] == 'streaming'
+    assert answer.headers['content-type'] == 'application/vnd.awslambda.http-integration-response'
+    assert answer.headers['transfer-encoding'] == 'chunked'
+    prelude_raw, _, body = answer.body.partition(PRELUDE_DELIMITER)
+    prelude = json.loads(prelude_raw)
+    headers = {k.lower(): v for k, v in prelude.get('headers', {}).items()}
+    headers |= {k.lower(): ', '.join(v) for k, v in prelude.get('multiValueHeaders', {}).items()}
+    assert prelude['statusCode'] == 200 and headers['content-type'] == 'text/event-stream'
+    assert headers['x-vercel-ai-ui-message-stream'] == 'v1'
+    frames = [f for f in body.split(b'\n\n') if f]
+    assert frames[-1] == b'data: [DONE]' and json.loads(frames[0][6:])['type'] == 'start'
+    # one chunk per frame, sent as each was made (the reply's words are paced): not one write at the end
+    assert len(answer.chunks) == len(frames) + 1
+    assert answer.chunks[-1][0] - answer.chunks[1][0] >= 5 * WORD_DELAY_S
+    assert answer.trailers == {}
+    text = ''.join(json.loads(f[6:]).get('delta', '') for f in frames[:-1] if b'"text-delta"' in f)
+    assert stored(api, 'th-lambda')[-1]['parts'][0]['text'] == text
+    # a refusal before the turn began: its status and JSON body, whole
+    prelude_raw, _, body = bad.body.partition(PRELUDE_DELIMITER)
+    assert json.loads(prelude_raw)['statusCode'] == 422 and json.loads(body)['error']['code'] == 'validation_error'
