@@ -16,6 +16,7 @@ import sys
 import textwrap
 import threading
 import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -292,15 +293,37 @@ class Chat:
         return answer
 
     def chat(self, text: str) -> None:
-        body = self.call(
-            'POST', f'/threads/{quote(self.thread, safe="")}/chat', {'resourceId': self.resource, 'content': text}
+        """Send a message and print the reply as it is written (the streamed route), and when memory is observed."""
+        path = f'/threads/{quote(self.thread, safe="")}/chat/stream'
+        request = urllib.request.Request(
+            self.url + path,
+            data=json.dumps({'resourceId': self.resource, 'content': text}).encode(),
+            method='POST',
+            headers={'Content-Type': 'application/json', 'Accept': 'text/event-stream'},
         )
-        if body is None:
+        try:
+            response = urllib.request.urlopen(request, timeout=120)  # noqa: S310 - the user's own server
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            try:
+                answer = json.loads(raw) if raw else None
+            except json.JSONDecodeError:
+                answer = raw.decode(errors='replace')
+            self.say(f'[{exc.code}] {error_text(answer)}')
             return
-        reply = body.get('reply') or {}
-        parts = body.get('parts') or []
-        self.say(f'assistant> {message_text(reply) or "(no reply: " + failed_reason(parts) + ")"}')
-        self.say(f'  {status_line(parts)}')
+        except (urllib.error.URLError, OSError) as exc:
+            self.say(f'[0] the server at {self.url} did not answer ({_reason(exc)})')
+            return
+        printer = _StreamPrinter(self.out)
+        with response:
+            for raw_line in response:
+                line = raw_line.decode('utf-8').rstrip('\r\n')
+                if not line.startswith('data: '):
+                    continue
+                if line == 'data: [DONE]':
+                    break
+                printer.chunk(json.loads(line[6:]))
+        printer.done()
 
     def memory(self) -> None:
         view = self.call(
@@ -344,6 +367,50 @@ class Chat:
         if answer is None:
             return
         self.say(answer.get('messages') or answer.get('results') or '(nothing found)')
+
+
+class _StreamPrinter:
+    """Prints a streamed turn: `observing memory…` while the Observer (or Reflector) runs, the reply as it arrives,
+    then the memory's status line."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.parts: list[dict[str, Any]] = []
+        self.replying = False
+        self.error = ''
+
+    def write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    def chunk(self, chunk: dict[str, Any]) -> None:
+        kind = str(chunk.get('type', ''))
+        if kind.startswith('data-om-'):
+            part = {'type': kind, 'data': chunk.get('data') or {}}
+            if kind == 'data-om-status':  # the windows the Actor got replace the first look
+                self.parts = [p for p in self.parts if p['type'] != kind]
+            self.parts.append(part)
+            operation = 'reflecting' if part['data'].get('operationType') == 'reflection' else 'observing'
+            if kind == 'data-om-observation-start':
+                self.write(f'  … {operation} memory\n')
+            elif kind in ('data-om-observation-end', 'data-om-observation-failed'):
+                outcome = 'done' if kind.endswith('end') else 'failed, kept for later'
+                self.write(f'  … {operation} {outcome}\n')
+        elif kind == 'text-delta':
+            if not self.replying:
+                self.replying = True
+                self.write('assistant> ')
+            self.write(str(chunk.get('delta', '')))
+        elif kind == 'error':
+            self.error = str(chunk.get('errorText') or chunk.get('code') or 'the turn failed')
+
+    def done(self) -> None:
+        if self.replying:
+            self.write('\n')
+        else:
+            reason = self.error or failed_reason(self.parts)
+            self.write(f'assistant> (no reply: {reason})\n')
+        self.write(f'  {status_line(self.parts)}\n')
 
 
 def _reason(exc: BaseException) -> str:
