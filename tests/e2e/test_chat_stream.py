@@ -23,7 +23,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from om_cli.local_stack import LocalStack
-from tests.dynalite import ensure_node_tools
+from tests.dynalite import ensure_node_tools, npm_ci, npm_command
+from tests.e2e.browser import browser as browser  # noqa: F401 - fixtures
+from tests.e2e.browser import page as page  # noqa: F401
 from tests.e2e.conftest import ACTOR_REPLY, Api, running_stack, wait_for
 from tests.fakes.fake_gemini import FakeGemini, FakeReply, FakeRequest
 
@@ -310,3 +312,64 @@ def test_the_lambda_runtime_streams_the_turn_to_the_runtime_api(stack, api) -> N
     # a refusal before the turn began: its status and JSON body, whole
     prelude_raw, _, body = bad.body.partition(PRELUDE_DELIMITER)
     assert json.loads(prelude_raw)['statusCode'] == 422 and json.loads(body)['error']['code'] == 'validation_error'
+
+
+# -- the example web page (examples/web-chat: useChat from @ai-sdk/react, bundled from npm) in Chromium ---------------
+WEB_CHAT = ROOT / 'examples' / 'web-chat'
+
+
+@pytest.fixture(scope='module')
+def web_chat_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/web-chat built the way its README says: its pinned packages from npm, bundled by esbuild."""
+    node = ensure_node_tools('the example page test')
+    if not (WEB_CHAT / 'node_modules' / 'esbuild').exists():
+        npm = npm_command(node)
+        result = npm_ci(npm, WEB_CHAT) if npm is not None else None
+        if result is None or result.returncode != 0:
+            reason = 'could not install examples/web-chat (npm ci): ' + (result.stderr[-300:] if result else 'no npm')
+            if os.environ.get('OM_REQUIRE_DYNALITE'):
+                pytest.fail(reason)
+            pytest.skip(reason)
+    out = tmp_path_factory.mktemp('web-chat')
+    build = [node, 'build.mjs', str(out / 'app.js')]
+    result = subprocess.run(build, cwd=WEB_CHAT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    (out / 'index.html').write_text((WEB_CHAT / 'index.html').read_text().replace('./dist/app.js', './app.js'))
+    return out
+
+
+def test_the_example_page_streams_the_reply_and_shows_memory_work(stack, api, gemini, page, web_chat_bundle) -> None:
+    _, behaviour = gemini
+    thread = 'th-browser'
+    long = 'My sister Maya moves to Lisbon in May with her cat Olive, and I will help her pack the flat. ' * 20
+    status, _ = api.post(
+        f'/threads/{thread}/steps', {'resourceId': RESOURCE, 'messages': [{'role': 'user', 'content': long}]}
+    )
+    assert status == 200
+    # The page and its bundle come from the API's origin (the API answers no CORS preflight)
+    page.route(
+        f'{stack.url}/example/**',
+        lambda route: route.fulfill(path=str(web_chat_bundle / route.request.url.rsplit('/', 1)[-1].split('?')[0])),
+    )
+    page.goto(f'{stack.url}/example/index.html?resource={RESOURCE}&thread={thread}')
+    behaviour.observer_delay_s = 1.0
+    try:
+        page.fill('[data-testid=input]', 'What should Maya pack first?')
+        page.click('[data-testid=send]')
+        # An "observing" indicator while the synchronous observation runs
+        page.wait_for_selector('[data-testid=observing]', state='visible', timeout=10_000)
+        # Then text, while the reply is still being written
+        first_text = "document.querySelector('[data-testid=message-assistant] [data-testid=text]')?.textContent"
+        page.wait_for_function(f"() => ({first_text} ?? '').length > 0", timeout=15_000)
+        early_text = page.locator('[data-testid=message-assistant] [data-testid=text]').first.text_content() or ''
+        early_status = page.locator('[data-testid=status]').text_content()
+        assert page.locator('[data-testid=observing]').count() == 0  # the observation ended before the reply began
+        # And the memory's status once the turn is done
+        page.wait_for_selector('[data-testid=memory-status]', timeout=15_000)
+    finally:
+        behaviour.observer_delay_s = 0.0
+    final_text = page.locator('[data-testid=message-assistant] [data-testid=text]').first.text_content() or ''
+    assert early_status == 'streaming' and 0 < len(early_text) < len(final_text)
+    memory = page.locator('[data-testid=memory-status]').text_content() or ''
+    assert memory.startswith('memory: ') and '/ 400 message tokens' in memory
+    assert stored(api, thread)[-1]['parts'][0]['text'] == final_text
