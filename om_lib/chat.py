@@ -204,8 +204,9 @@ class ChatService:
             tools: Function declarations exposed to the Actor (run by the client; only `recall` is run here).
             step_number: The step's number, echoed in the status part.
             read_only: Working memory is shown but the Actor gets no tool to change it (this request only).
-            listener: Hears the turn as it happens (`ChatEvent`s); nothing is heard before the user's message is
-                saved, so an error raised before the first event left nothing written.
+            listener: Hears the turn as it happens (`ChatEvent`s), from `TurnStarted` on: the message was claimed
+                and checked (not answered, no other content under its id), so what is raised before it wrote nothing;
+                later trouble saving it (a storage outage) comes after it.
 
         Returns:
             ChatResult with the reply (or None and a `data-om-actor-failed` part when the Actor failed).
@@ -222,21 +223,25 @@ class ChatService:
         give_up = clock.monotonic() + self.engine.time_budget_s
         poll = WAIT_POLL_S[0]
         while True:
-            stored = self._stored_reply(resource_id, thread_id, message, reply_id)
-            if stored is not None:
-                return self._replay(stored, listener)
             held = store.claim_turn(resource_id, thread_id, message.id, owner=owner, now=clock.now(), lease=lease)
+            try:
+                stored = self._stored_reply(resource_id, thread_id, message, reply_id)
+            except BaseException:
+                if held is None:
+                    store.release_turn(resource_id, thread_id, message.id, owner=owner)
+                raise
+            if stored is not None:
+                if held is None:
+                    store.release_turn(resource_id, thread_id, message.id, owner=owner)
+                return self._replay(stored, listener)
             if held is None:
                 break
+            # Another request is answering this message: wait for its reply (or for its claim to end).
             if clock.monotonic() + poll > give_up:
                 raise TurnInProgressError(message.id)
             self._sleep(poll)
             poll = min(poll * 2, WAIT_POLL_S[1])
         try:
-            # Answered between the look and the claim (the other request released it just then)?
-            stored = self._stored_reply(resource_id, thread_id, message, reply_id)
-            if stored is not None:
-                return self._replay(stored, listener)
             return self._answer(
                 resource_id,
                 thread_id,
@@ -251,15 +256,13 @@ class ChatService:
             store.release_turn(resource_id, thread_id, message.id, owner=owner)
 
     def _stored_reply(self, resource_id: str, thread_id: str, message: Message, reply_id: str) -> Message | None:
-        """The reply stored for `message`, or None. A stored message of this id with other content is a conflict."""
+        """The reply stored for `message`, or None. A stored message of this id with other content is a conflict
+        (found here, before the turn is heard of, so it is refused like any request that writes nothing)."""
         found = {m.id: m for m in self.engine.store.get_messages(resource_id, thread_id, [message.id, reply_id])}
-        reply = found.get(reply_id)
-        if reply is None:
-            return None
         stored = found.get(message.id)
         if stored is not None and stored.content_hash() != message.content_hash():
             raise MessageConflictError(message.id)
-        return reply
+        return found.get(reply_id)
 
     @staticmethod
     def _replay(reply: Message, listener: ChatListener | None) -> ChatResult:
@@ -291,6 +294,7 @@ class ChatService:
         """The turn itself: the step, the Actor (with rounds of the tools run here), and the reply saved."""
         engine = self.engine
         started = engine.clock.monotonic()
+        hear.start()  # the listener may answer now: the reply's id is known and nothing left can refuse the message
         parts = CycleParts(sink=hear.part if hear.listening else None)
         step = self.conversation.step(
             resource_id, thread_id, [message], step_number=step_number, read_only=read_only, parts=parts
@@ -481,25 +485,22 @@ class ChatService:
 
 
 class _Announcer:
-    """Tells the listener (if any) what happens, the reply's id first: `TurnStarted` goes out just before the first
-    other event, which comes once the user's message is saved, so an error before it left nothing written."""
+    """Tells the listener (if any) what happens, the reply's id first (`start`)."""
 
     def __init__(self, reply_id: str, listener: ChatListener | None) -> None:
         self.reply_id = reply_id
         self.listener = listener
-        self.started = False
 
     @property
     def listening(self) -> bool:
         return self.listener is not None
 
+    def start(self) -> None:
+        self(TurnStarted(self.reply_id))
+
     def __call__(self, event: ChatEvent) -> None:
-        if self.listener is None:
-            return
-        if not self.started:
-            self.started = True
-            self.listener(TurnStarted(self.reply_id))
-        self.listener(event)
+        if self.listener is not None:
+            self.listener(event)
 
     def part(self, part: OMPart) -> None:
         self(MemoryPart(part))

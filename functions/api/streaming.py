@@ -3,7 +3,7 @@
 A chat turn reports what happens as `ChatEvent`s (om_lib.chat); `UiMessageStream` turns them into the protocol's
 chunks, each framed as `data: <json>\\n\\n`:
 
-    start {messageId}                  the reply's id, once the user's message is saved
+    start {messageId}                  the reply's id, once the message is claimed (not answered before)
     data-om-status {id, data}          the memory's windows as the step found them (replaced by the final one: same id)
     data-om-observation-start {data}   before the Observer (or Reflector) call; -end / -failed after it
     data-om-status {id, data}          the windows the Actor gets
@@ -180,9 +180,8 @@ _END = object()
 class ChatStream:
     """A chat turn running on its own thread, its events turned into frames for a transport to send.
 
-    `start()` runs the turn and waits until it has either begun (its first event: the user's message is saved) or
-    failed before that, which it re-raises, so the route can still answer with an error status and nothing was
-    written. `frames()` then yields every frame through `[DONE]`. A consumer that stops reading early (`close()` on
+    `start()` runs the turn and waits until it has either begun (its first event) or failed before that, which it
+    re-raises, so the route can still answer with an error status (nothing was written). `frames()` then yields every frame through `[DONE]`. A consumer that stops reading early (`close()` on
     the generator, or just abandoning it) does not stop the turn: it finishes and is saved; `wait()` blocks until it
     has (a Lambda invocation must not end before its work does).
     """
