@@ -38,7 +38,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from functions.api.errors import map_om_error
-from om_lib.chat import (
+from om_lib.errors import OMError
+from om_lib.parts import ActorFailed, Status
+from om_lib.service import (
     ActorFinished,
     ActorStarted,
     ChatEvent,
@@ -49,8 +51,6 @@ from om_lib.chat import (
     ToolCalled,
     TurnStarted,
 )
-from om_lib.errors import OMError
-from om_lib.parts import ActorFailed, Status
 
 logger = logging.getLogger(__name__)
 
@@ -181,9 +181,10 @@ class ChatStream:
     """A chat turn running on its own thread, its events turned into frames for a transport to send.
 
     `start()` runs the turn and waits until it has either begun (its first event) or failed before that, which it
-    re-raises, so the route can still answer with an error status (nothing was written). `frames()` then yields every frame through `[DONE]`. A consumer that stops reading early (`close()` on
-    the generator, or just abandoning it) does not stop the turn: it finishes and is saved; `wait()` blocks until it
-    has (a Lambda invocation must not end before its work does).
+    re-raises, so the route can still answer with an error status (nothing was written). `frames()` then yields every
+    frame through `[DONE]`. A consumer that stops reading early (`close()` on the generator, or just abandoning it)
+    does not stop the turn: it finishes and is saved; `wait()` blocks until it has (a Lambda invocation must not end
+    before its work does).
     """
 
     def __init__(
