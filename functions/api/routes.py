@@ -194,8 +194,15 @@ _STREAM_DESCRIPTION = (
     '`text-end`, tool chunks for tools the server ran, `finish-step`, the parts the turn queued, an `error` chunk '
     '(`errorText`, `code`) when the Actor failed, `finish`, then `data: [DONE]`.'
 )
+# Each server-sent event: its `data` is one chunk's JSON (or `[DONE]`, the last).
+_SSE_EVENT = {
+    'type': 'object',
+    'description': _STREAM_DESCRIPTION,
+    'properties': {'data': {'type': 'string', 'description': 'One chunk as JSON, or `[DONE]` (the last event).'}},
+    'required': ['data'],
+}
 _SSE: dict[str, OpenAPIResponseContentSchema | OpenAPIResponseContentModel] = {
-    'text/event-stream': {'schema': {'type': 'string', 'description': _STREAM_DESCRIPTION}}
+    'text/event-stream': {'schema': _SSE_EVENT}
 }
 _CHAT_DESCRIPTION = (
     'When the Actor model fails after the user message was saved, the answer is still 200: `reply` is null and '
