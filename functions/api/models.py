@@ -152,12 +152,16 @@ class ChatIn(_Model):
             'so a client may send that one alone.'
         ),
     )
-    id: Id | None = Field(default=None, description="The AI SDK chat's id (sent by its transport; not used).")
+    id: str | None = Field(
+        default=None, max_length=1000, description="The AI SDK chat's id (sent by its transport; not used)."
+    )
     trigger: Literal['submit-message', 'regenerate-message'] | None = Field(
         default=None,
         description='Sent by the AI SDK transport. Regenerating a message that was answered returns its stored reply.',
     )
-    message_id: Id | None = Field(default=None, description='Sent by the AI SDK transport (not used).')
+    message_id: str | None = Field(
+        default=None, max_length=1000, description='Sent by the AI SDK transport (not used).'
+    )
     read_only: bool = Field(
         default=False, description='Working memory is shown but the Actor cannot change it (this request).'
     )

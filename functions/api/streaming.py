@@ -249,13 +249,13 @@ class ChatStream:
                 logger.warning('chat failed after its stream began', extra={'error': type(error).__name__})
             for chunk in self._encoder.finish(result, error if isinstance(error, Exception) else None):
                 self._queue.put(frame(chunk))
-            self._queue.put(DONE)
             self.result = result
             if result is not None and self._on_done is not None:
-                try:
+                try:  # before [DONE]: a reader that stops there has the turn's metrics and logs recorded
                     self._on_done(result)
                 except Exception:  # noqa: BLE001 - metrics and logs must not fail a finished turn
                     logger.exception('recording a streamed chat failed')
+            self._queue.put(DONE)
         finally:
             self._queue.put(_END)
             self._done.set()
@@ -297,6 +297,7 @@ def accepting_streams() -> Iterator[None]:
         yield
     finally:
         _local.accepting = False
+        _local.pending = None  # a stream the transport did not take (it failed first) goes on without a reader
 
 
 def buffered(result: dict[str, Any]) -> dict[str, Any]:
