@@ -109,6 +109,8 @@ class FunctionAccess:
         model_roles: Which configured models it calls (`observer`, `reflector`, `actor`, `title`, `embedder`): the
             providers of those models decide its model grants (infra/constructs/model_access.py: the Gemini or OpenAI
             key's secret, `bedrock:InvokeModel` on the configured Bedrock models).
+        streamed_roles: Of those, the roles whose answers it streams (the chat stream's Actor): a Bedrock model also
+            needs `bedrock:InvokeModelWithResponseStream` for ConverseStream.
     """
 
     table_actions: tuple[str, ...]
@@ -121,6 +123,7 @@ class FunctionAccess:
     consumes_upload_events: bool = False
     starts_reflections: bool = False
     model_roles: tuple[str, ...] = ()
+    streamed_roles: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,29 @@ API_FUNCTION: Final = FunctionSpec(
         sends_jobs=True,
         starts_reflections=True,
         model_roles=('observer', 'reflector', 'actor', 'title', 'embedder'),
+    ),
+)
+# The chat stream (`POST /threads/{threadId}/chat` and `/chat/stream` behind API Gateway's response streaming): the
+# API's handler in a runtime that streams (functions/api/stream_runtime.py, started by AWS_LAMBDA_EXEC_WRAPPER). Its
+# timeout bounds a streamed turn: the memory work's budget, then the Actor writing its reply.
+CHAT_STREAM_TIMEOUT_S: Final = 120
+CHAT_STREAM_WRAPPER: Final = f'{LAMBDA_TASK_ROOT}/functions/api/stream_bootstrap'
+CHAT_STREAM_FUNCTION: Final = FunctionSpec(
+    'ChatStreamFunction',
+    'functions.api.handler.chat_stream_handler',
+    1024,
+    CHAT_STREAM_TIMEOUT_S,
+    'HTTP API chat turns, streamed (API Gateway response streaming)',
+    'om-chat-stream',
+    FunctionAccess(
+        table_actions=_ALL_TABLE_ACTIONS,
+        indexes=_DATA_INDEXES,
+        object_actions=(*OBJECT_READ_ACTIONS, *OBJECT_WRITE_ACTIONS),
+        lists_bucket=True,
+        sends_jobs=True,
+        starts_reflections=True,
+        model_roles=('observer', 'reflector', 'actor', 'title', 'embedder'),
+        streamed_roles=('actor',),
     ),
 )
 BUFFER_WORKER_FUNCTION: Final = FunctionSpec(
@@ -234,6 +260,7 @@ ORPHAN_UPLOADS_FUNCTION: Final = FunctionSpec(
 )
 ALL_FUNCTIONS: Final = (
     API_FUNCTION,
+    CHAT_STREAM_FUNCTION,
     BUFFER_WORKER_FUNCTION,
     REFLECTION_FUNCTION,
     SWEEPER_FUNCTION,

@@ -21,6 +21,8 @@ from infra.constants import (
     API_RATE_LIMIT,
     ASSET_TIKTOKEN_DIR,
     BUFFER_WORKER_FUNCTION,
+    CHAT_STREAM_FUNCTION,
+    CHAT_STREAM_WRAPPER,
     DEFAULT_STAGE,
     LAMBDA_TASK_ROOT,
     METRICS_NAMESPACE,
@@ -223,6 +225,8 @@ class OmStack(Stack):
             self,
             'MemoryApi',
             handler=self.functions[API_FUNCTION.construct_id].alias,
+            stream_handler=self.functions[CHAT_STREAM_FUNCTION.construct_id].alias,
+            stream_timeout=Duration.seconds(CHAT_STREAM_FUNCTION.timeout_s),
             auth=settings.auth,
             stage_name=settings.stage,
             rate_limit=settings.api_rate_limit,
@@ -300,15 +304,19 @@ class OmStack(Stack):
             embedding['OM_EMBEDDING_DIMENSIONS'] = str(self.settings.embedding_dimensions)
         # Only the API serves the inspector page, and only when the deployment asks for it.
         inspector = {'OM_INSPECTOR': 'true'} if self.settings.inspector and spec is API_FUNCTION else {}
+        # Both functions behind the API answer browsers (the chat stream goes through the same edge checks).
         origins = (
             {'OM_ALLOWED_ORIGINS': ','.join(self.settings.allowed_origins)}
-            if self.settings.allowed_origins and spec is API_FUNCTION
+            if self.settings.allowed_origins and spec in (API_FUNCTION, CHAT_STREAM_FUNCTION)
             else {}
         )
+        # The chat stream runs the API handler in its own streaming runtime (functions/api/stream_runtime.py).
+        runtime = {'AWS_LAMBDA_EXEC_WRAPPER': CHAT_STREAM_WRAPPER} if spec is CHAT_STREAM_FUNCTION else {}
         return {
             **embedding,
             **inspector,
             **origins,
+            **runtime,
             'OM_TABLE_NAME': self.table.table.table_name,
             'OM_BUCKET_NAME': self.bucket.bucket.bucket_name,
             'OM_BUCKET_KMS_KEY_ARN': self.key.key_arn,
@@ -335,6 +343,9 @@ class OmStack(Stack):
             key=self.key,
             removal_policy=self.removal_policy,
             reserved_concurrency=spec.reserved_concurrency if self.settings.reserved_concurrency else None,
+            # A snapshot of a runtime of our own is not what SnapStart restores (it snapshots the managed runtime's
+            # init); the stream function starts cold.
+            snap_start=spec is not CHAT_STREAM_FUNCTION,
         )
         access, sid = spec.access, spec.construct_id
         self.table.grant(function.role, access, sid=sid)
@@ -343,7 +354,7 @@ class OmStack(Stack):
             self.work_queue.grant_submit(function.role, sid=sid)
         if access.consumes_jobs:
             self.work_queue.grant_consume(function.role, sid=sid)
-        self.models.grant(function, access.model_roles)
+        self.models.grant(function, access.model_roles, access.streamed_roles)
         return function
 
     def _build_outputs(self) -> None:

@@ -33,22 +33,27 @@ import json
 import logging
 import os
 import re
+import socket
 import threading
 import time
 import traceback
 import urllib.request
 import uuid
 import zipfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from om_cli import local_logs
+
+if TYPE_CHECKING:
+    from functions.api.streaming import ChatStream
 
 logger = logging.getLogger(__name__)
 
@@ -370,52 +375,223 @@ def api_gateway_event(
     }
 
 
+# How long a client may take to send what it sends, in total, before the server gives up on it (a slow client cannot
+# hold a worker thread): the request line and headers (idle time of a kept-alive connection included), and the body.
+HEADER_TIMEOUT_S = 10.0
+BODY_TIMEOUT_S = 30.0
+
+
+class _Watchdog:
+    """Closes connections whose deadline passed: one thread for the whole server, however many connections wait.
+
+    A socket timeout bounds each read, not a request: a client sending a byte every few seconds never trips it. A
+    connection's deadline is armed while its request line and headers are read; past it the socket is shut down,
+    which ends the blocked read in its handler thread.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._armed: dict[int, tuple[float, socket.socket]] = {}
+        self._next = 0
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name='om-http-watchdog', daemon=True)
+        self._thread.start()
+
+    def arm(self, sock: socket.socket, deadline: float) -> int:
+        with self._lock:
+            self._next += 1
+            self._armed[self._next] = (deadline, sock)
+            self._lock.notify()
+            return self._next
+
+    def disarm(self, token: int) -> None:
+        with self._lock:
+            self._armed.pop(token, None)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopping = True
+            self._lock.notify()
+
+    def _run(self) -> None:
+        with self._lock:
+            while not self._stopping:
+                now = time.monotonic()
+                for token, (deadline, sock) in list(self._armed.items()):
+                    if deadline <= now:
+                        del self._armed[token]
+                        with suppress(OSError):
+                            sock.shutdown(socket.SHUT_RDWR)
+                wake = min((d for d, _ in self._armed.values()), default=now + 60) - now
+                self._lock.wait(max(0.05, wake))
+
+
+class _RequestRefused(Exception):
+    """A request answered by the server itself, in the error shape, before the function sees it."""
+
+    def __init__(self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.headers = dict(headers or {})
+
+
 def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
+    watchdog = stack._watchdog  # noqa: SLF001 - the stack's own server parts
+    assert watchdog is not None
+
     class _Handler(BaseHTTPRequestHandler):
         protocol_version = 'HTTP/1.1'
+        # Every read and write on the socket gives up after this long (a stuck client); streamed frames go out at
+        # once (no Nagle delay on small writes).
+        timeout = HEADER_TIMEOUT_S
+        disable_nagle_algorithm = True
+
+        def handle_one_request(self) -> None:
+            self._header_watch = watchdog.arm(self.connection, time.monotonic() + HEADER_TIMEOUT_S)
+            try:
+                super().handle_one_request()
+            except (ConnectionError, TimeoutError, OSError):
+                self.close_connection = True  # the client went away, or was too slow: nothing to answer
+            finally:
+                watchdog.disarm(self._header_watch)
 
         def _dispatch(self) -> None:
+            watchdog.disarm(self._header_watch)  # the request line and headers are in
             started = time.monotonic()
-            length = int(self.headers.get('Content-Length') or 0)
-            if length > MAX_REQUEST_BYTES:
-                self.close_connection = True  # the body is not read: the connection cannot be reused
-                self._send(413, {'Content-Type': 'application/json'}, error_body('too_large', _TOO_LARGE))
+            try:
+                self._check_host()
+                body = self._read_body()
+            except _RequestRefused as refused:
+                self.close_connection = True  # the body (if any) was not read: the connection cannot be reused
+                self._send(
+                    refused.status,
+                    {'Content-Type': 'application/json', **refused.headers},
+                    error_body(refused.code, refused.message),
+                )
+                logger.info('%s %s %s (refused)', self.command, self.path, refused.status)
                 return
-            body = self.rfile.read(length) if length else b''
             headers: dict[str, list[str]] = {}
             for name, value in self.headers.items():
                 headers.setdefault(name, []).append(value)
             event = api_gateway_event(self.command, self.path, headers, body, source_ip=self.client_address[0])
             context = LocalLambdaContext('api', timeout_s=29.0)
+            pending = None
             try:
-                with local_logs.invocation(context):
+                with local_logs.invocation(context), streaming_transport() as take:
                     result = stack.api_handler(event, context)
+                    pending = take()
                 status, out_headers, payload = _proxy_result(result)
             except Exception:  # noqa: BLE001 - API Gateway turns a function failure into a 502
                 logger.exception('the api handler failed')
                 status, out_headers = 502, {'Content-Type': 'application/json'}
                 payload = error_body('internal_error', 'the function failed; see the server log')
-            self._send(status, out_headers, payload)
+            if pending is not None:
+                self._stream(status, out_headers, pending)
+            else:
+                self._send(status, out_headers, payload)
             logger.info('%s %s %s %d ms', self.command, self.path, status, (time.monotonic() - started) * 1000)
 
+        def _check_host(self) -> None:
+            """DNS rebinding: a page on another site that resolves its name to this machine still sends its own name
+            as Host. Only the names this server was reached by (or was told of) are served."""
+            host = (self.headers.get('Host') or '').strip().lower()
+            if host not in stack.allowed_hosts():
+                shown = host[:100] or 'none'
+                raise _RequestRefused(
+                    421,
+                    'host_not_allowed',
+                    f'this server does not answer for Host {shown!r}; use {stack.url}, or start it with '
+                    f'`om serve --allowed-host {host.rsplit(":", 1)[0][:100] or "NAME"}` to serve that name too',
+                )
+
+        def _read_body(self) -> bytes:
+            """The body, read within BODY_TIMEOUT_S; refusals for a length that is not a number or too large."""
+            if self.headers.get('Transfer-Encoding'):
+                raise _RequestRefused(
+                    411, 'length_required', 'send the body with a Content-Length header (chunked bodies are not taken)'
+                )
+            lengths = self.headers.get_all('Content-Length') or []
+            if not lengths:
+                return b''
+            if len(set(lengths)) != 1 or not lengths[0].strip().isdigit() or not lengths[0].strip().isascii():
+                shown = ', '.join(lengths)[:40]
+                raise _RequestRefused(
+                    400, 'invalid_content_length', f'Content-Length must be one number of bytes, not {shown!r}'
+                )
+            length = int(lengths[0])
+            if length > MAX_REQUEST_BYTES:
+                raise _RequestRefused(413, 'too_large', _TOO_LARGE)
+            deadline = time.monotonic() + BODY_TIMEOUT_S
+            chunks: list[bytes] = []
+            left = length
+            try:
+                while left:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise TimeoutError
+                    self.connection.settimeout(remaining)
+                    chunk = self.rfile.read1(min(left, 1 << 16))
+                    if not chunk:
+                        raise ConnectionError('the client closed the connection in the middle of the body')
+                    chunks.append(chunk)
+                    left -= len(chunk)
+            except TimeoutError as exc:
+                raise _RequestRefused(
+                    408, 'request_timeout', f'the request body did not arrive within {BODY_TIMEOUT_S:g} s'
+                ) from exc
+            finally:
+                self.connection.settimeout(self.timeout)
+            return b''.join(chunks)
+
         def _send(self, status: int, headers: Mapping[str, str], payload: bytes) -> None:
-            self.send_response(status)
-            for name, value in headers.items():
-                if name.lower() not in ('content-length', 'connection', 'transfer-encoding'):
-                    self.send_header(name, value)
-            self.send_header('Content-Length', str(len(payload)))
-            self.end_headers()
-            if self.command != 'HEAD':
-                self.wfile.write(payload)
+            try:
+                self.send_response(status)
+                for name, value in headers.items():
+                    if name.lower() not in ('content-length', 'connection', 'transfer-encoding'):
+                        self.send_header(name, value)
+                self.send_header('Content-Length', str(len(payload)))
+                self.end_headers()
+                if self.command != 'HEAD':
+                    self.wfile.write(payload)
+            except OSError:
+                self.close_connection = True  # the client went away before the answer did
+
+        def _stream(self, status: int, headers: Mapping[str, str], stream: ChatStream) -> None:
+            """A streamed answer: chunked, one write per frame as the turn makes it. A client that goes away stops
+            the writing, not the turn (it finishes and is saved on its own thread)."""
+            try:
+                self.send_response(status)
+                for name, value in headers.items():
+                    if name.lower() not in ('content-length', 'connection', 'transfer-encoding'):
+                        self.send_header(name, value)
+                self.send_header('Transfer-Encoding', 'chunked')
+                self.end_headers()
+                for data in stream.frames():
+                    self.wfile.write(b'%x\r\n%s\r\n' % (len(data), data))
+                self.wfile.write(b'0\r\n\r\n')
+            except OSError:
+                self.close_connection = True
+                logger.info('%s %s: the client went away mid-stream; the turn goes on', self.command, self.path)
 
         do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _dispatch  # noqa: N815
 
         def _refuse_method(self) -> None:
             # An `ANY` method forwards only these; API Gateway refuses the rest (TRACE, QUERY...) itself.
+            watchdog.disarm(self._header_watch)
             self.close_connection = True  # the body is not read: the connection cannot be reused
             message = f'{self.command} is not supported; use {", ".join(_FORWARDED_METHODS)}'
             headers = {'Content-Type': 'application/json', 'Allow': ', '.join(_FORWARDED_METHODS)}
             self._send(405, headers, error_body('method_not_allowed', message))
+
+        def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+            # http.server's own refusals (a malformed request line, headers too long): the error shape, not HTML.
+            self.close_connection = True
+            try:
+                phrase = HTTPStatus(code).phrase
+            except ValueError:
+                phrase = 'Bad Request'
+            name = 'bad_request' if code == 400 else re.sub(r'\W+', '_', phrase.lower()).strip('_')
+            self._send(code, {'Content-Type': 'application/json'}, error_body(name, message or phrase))
 
         def __getattr__(self, name: str) -> Any:
             # http.server answers an HTML 501 for a method without a `do_` handler; ours is the contract's shape.
@@ -430,6 +606,16 @@ def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
             logger.debug('%s %s', self.address_string(), format % args)
 
     return _Handler
+
+
+@contextmanager
+def streaming_transport() -> Iterator[Callable[[], ChatStream | None]]:
+    """While the block runs, a streamed answer (the chat stream) is left to this server, which sends it as it comes;
+    the block's value takes it (None when the answer was not streamed)."""
+    from functions.api import streaming
+
+    with streaming.accepting_streams():
+        yield streaming.take_pending
 
 
 _FORWARDED_METHODS = ('DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT')
@@ -487,6 +673,7 @@ class LocalStack:
         api_handler: ApiHandler | None = None,
         names: StackNames | None = None,
         env: Mapping[str, str] | None = None,
+        allowed_hosts: Sequence[str] = (),
     ) -> None:
         """Configure (nothing starts yet).
 
@@ -504,6 +691,8 @@ class LocalStack:
             api_handler: The API function (default: `functions.api.handler.lambda_handler`).
             names: Resource names.
             env: Extra environment for the functions (e.g. OM_REQUEST_TIME_BUDGET_S).
+            allowed_hosts: Names besides the bound address (127.0.0.1, localhost, [::1]) that the HTTP API answers
+                for in the Host header (`name` or `name:port`); any other Host is refused (DNS rebinding).
         """
         self.host = host
         self.port = port or 0
@@ -518,6 +707,8 @@ class LocalStack:
         self._api_handler = api_handler
         self.names = names or StackNames.from_env()
         self.extra_env = dict(env or {})
+        self.extra_hosts = tuple(h.strip().lower() for h in allowed_hosts if h.strip())
+        self._watchdog: _Watchdog | None = None
         self.embedded = False
         self.endpoint: str | None = None
         self.queue_url = ''
@@ -552,6 +743,23 @@ class LocalStack:
             raise RuntimeError('the HTTP API is not running')
         host, port = self._httpd.server_address[:2]
         return f'http://{host!s}:{port}'
+
+    def allowed_hosts(self) -> frozenset[str]:
+        """The Host header values the HTTP API answers for: loopback names and the bound address with its port, and
+        the configured names (with our port, or as given when they name one)."""
+        if self._httpd is None:
+            return frozenset()
+        port = int(self._httpd.server_address[1])
+        names = {'127.0.0.1', 'localhost', '[::1]'}
+        if self.host not in ('', '0.0.0.0', '::'):  # noqa: S104 - a wildcard names no host
+            names.add(f'[{self.host}]' if ':' in self.host else self.host.lower())
+        allowed = {f'{name}:{port}' for name in names}
+        for extra in self.extra_hosts:
+            has_port = re.fullmatch(r'.+:\d+', extra) is not None and not extra.endswith(']')
+            allowed.add(extra if has_port else f'{extra}:{port}')
+        if port == 80:
+            allowed |= {a.rsplit(':', 1)[0] for a in allowed}
+        return frozenset(allowed)
 
     @property
     def api_handler(self) -> ApiHandler:
@@ -608,6 +816,7 @@ class LocalStack:
                     self._spawn('om-sweeper', self._sweep_forever)
             if self.http:
                 _ = self.api_handler  # import errors show at start, not on the first request
+                self._watchdog = _Watchdog()
                 self._httpd = _HttpServer((self.host, self.port), _http_handler_class(self))
                 self._spawn('om-http', self._httpd.serve_forever)
         except BaseException:
@@ -622,6 +831,9 @@ class LocalStack:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            self._watchdog = None
         for thread in self._threads:
             thread.join(timeout=self.poll_wait_s + 30)
         self._threads.clear()

@@ -17,6 +17,7 @@ import sys
 import textwrap
 import threading
 import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -61,7 +62,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     local_logs.configure(verbose=args.verbose, env=env)
     try:
         stack = LocalStack(
-            host=args.host, port=args.port, config_file=args.config, sweep_interval_s=args.sweep_interval, env=env
+            host=args.host,
+            port=args.port,
+            config_file=args.config,
+            sweep_interval_s=args.sweep_interval,
+            env=env,
+            allowed_hosts=args.allowed_host or (),
         )
         stack.start()
     except OSError as exc:
@@ -344,15 +350,37 @@ class Chat:
         return answer
 
     def chat(self, text: str) -> None:
-        body = self.call(
-            'POST', f'/threads/{quote(self.thread, safe="")}/chat', {'resourceId': self.resource, 'content': text}
+        """Send a message and print the reply as it is written (the streamed route), and when memory is observed."""
+        path = f'/threads/{quote(self.thread, safe="")}/chat/stream'
+        request = urllib.request.Request(
+            self.url + path,
+            data=json.dumps({'resourceId': self.resource, 'content': text}).encode(),
+            method='POST',
+            headers={'Content-Type': 'application/json', 'Accept': 'text/event-stream'},
         )
-        if body is None:
+        try:
+            response = urllib.request.urlopen(request, timeout=120)  # noqa: S310 - the user's own server
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            try:
+                answer = json.loads(raw) if raw else None
+            except json.JSONDecodeError:
+                answer = raw.decode(errors='replace')
+            self.say(f'[{exc.code}] {error_text(answer)}')
             return
-        reply = body.get('reply') or {}
-        parts = body.get('parts') or []
-        self.say(f'assistant> {message_text(reply) or "(no reply: " + failed_reason(parts) + ")"}')
-        self.say(f'  {status_line(parts, self.view())}')
+        except (urllib.error.URLError, OSError) as exc:
+            self.say(f'[0] the server at {self.url} did not answer ({_reason(exc)})')
+            return
+        printer = _StreamPrinter(self.out)
+        with response:
+            for raw_line in response:
+                line = raw_line.decode('utf-8').rstrip('\r\n')
+                if not line.startswith('data: '):
+                    continue
+                if line == 'data: [DONE]':
+                    break
+                printer.chunk(json.loads(line[6:]))
+        printer.done(self.view())
 
     def view(self) -> dict[str, Any] | None:
         """`GET …/memory` of this thread (None after saying why it failed)."""
@@ -453,6 +481,52 @@ class Chat:
         self.say(f'{len(found)} message(s) like {query!r}, with their neighbours:' if found else '(nothing found)')
         for message in found:
             self.say(history_line(message, here=self.thread))
+
+
+class _StreamPrinter:
+    """Prints a streamed turn: `observing memory…` while the Observer (or Reflector) runs, the reply as it arrives,
+    then the memory's status line."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.parts: list[dict[str, Any]] = []
+        self.replying = False
+        self.error = ''
+
+    def write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    def chunk(self, chunk: dict[str, Any]) -> None:
+        kind = str(chunk.get('type', ''))
+        if kind.startswith('data-om-'):
+            part = {'type': kind, 'data': chunk.get('data') or {}}
+            if kind == 'data-om-status':  # the windows the Actor got replace the first look
+                self.parts = [p for p in self.parts if p['type'] != kind]
+            self.parts.append(part)
+            operation = 'reflecting' if part['data'].get('operationType') == 'reflection' else 'observing'
+            if kind == 'data-om-observation-start':
+                self.write(f'  … {operation} memory\n')
+            elif kind in ('data-om-observation-end', 'data-om-observation-failed'):
+                outcome = 'done' if kind.endswith('end') else 'failed, kept for later'
+                self.write(f'  … {operation} {outcome}\n')
+        elif kind == 'text-delta':
+            if not self.replying:
+                self.replying = True
+                self.write('assistant> ')
+            self.write(str(chunk.get('delta', '')))
+        elif kind == 'error':
+            self.error = str(chunk.get('errorText') or chunk.get('code') or 'the turn failed')
+
+    def done(self, view: dict[str, Any] | None = None) -> None:
+        """End the turn's output: the reply's last line, or why there was none, then the memory's status line (from
+        `view`, the thread's `GET …/memory`, when given)."""
+        if self.replying:
+            self.write('\n')
+        else:
+            reason = self.error or failed_reason(self.parts)
+            self.write(f'assistant> (no reply: {reason})\n')
+        self.write(f'  {status_line(self.parts, view)}\n')
 
 
 def _reason(exc: BaseException) -> str:
@@ -770,6 +844,13 @@ def build_parser() -> argparse.ArgumentParser:
         '--port', type=port_number, default=8787, help='port of the API, e.g. --port 8788 (0: any free port)'
     )
     serve.add_argument('--config', metavar='FILE', help=config_help)
+    serve.add_argument(
+        '--allowed-host',
+        action='append',
+        metavar='NAME',
+        help='a name clients may reach the server by besides 127.0.0.1, localhost and [::1] (the Host header), '
+        'e.g. --allowed-host devbox.local (repeatable; other Host names are refused, against DNS rebinding)',
+    )
     serve.add_argument(
         '--sweep-interval',
         type=seconds,

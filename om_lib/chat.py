@@ -27,13 +27,25 @@ Working memory (`workingMemory`): its block is appended to the system message, a
 configuration or for this request) the Actor also gets `updateWorkingMemory`, run here like `recall`: a refused
 update becomes an `{success: false, error}` result the model can correct, and changes nothing. After the thread's
 first turn, `generateTitle` queues a title job (`data-om-scheduled` names `title`).
+
+Idempotent turns: a user message is answered once. Its reply's id is derived from the message's (`reply_id_for`), so
+the stored reply is found again by any later request for the same message id, which gets it back with no Actor call
+and nothing stored twice. While a request answers a message it holds a claim on it in the store (a conditional write
+with a lease): a concurrent request for the same message waits for that reply, or answers 409 `in_progress` when it
+does not come within the request's budget. A crashed request's claim expires with its lease.
+
+Listening (`listener`): the streamed route hears the turn as it happens, as `ChatEvent`s — the reply's id, each
+`data-om-*` part when it is made (the collector's live sink), each Actor call with its text as the model writes it,
+and the tool calls run here. The JSON route passes no listener; both run this same code.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import logging
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +53,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from om_lib.conversation import Conversation
-from om_lib.errors import InvalidInputError, ModelError, OMError
+from om_lib.errors import InvalidInputError, MessageConflictError, ModelError, OMError, TurnInProgressError
 from om_lib.llm import (
     Content,
     ContentPart,
@@ -53,8 +65,9 @@ from om_lib.llm import (
     ModelResponse,
 )
 from om_lib.messages import FilePart, ImagePart, Message, TextPart, ToolCallPart, ToolResultPart, time_of
-from om_lib.parts import ActorFailed, CycleParts, ReplyUnsaved
+from om_lib.parts import ActorFailed, CycleParts, OMPart, ReplyUnsaved
 from om_lib.recall import RecallRequest, recall
+from om_lib.step import check_ids
 from om_lib.working_memory import TOOL_NAME as WORKING_MEMORY_TOOL
 from om_lib.working_memory import WorkingMemory
 
@@ -74,16 +87,84 @@ MIN_ACTOR_S = 8.0
 MAX_INLINE_BYTES = 12 * 1024 * 1024
 # Rounds of recall calls run for one chat turn; a model still asking after that gets an answer without them.
 MAX_TOOL_ROUNDS = 4
+# A claim on answering a message outlives the request's budget and the Actor's own time by this much: a request that
+# died holding one stops blocking retries of the message after its lease.
+CLAIM_MARGIN_S = 30.0
+# How often a request waiting for another one's reply to the same message looks again (growing to the second value).
+WAIT_POLL_S = (0.1, 0.5)
+
+
+def reply_id_for(resource_id: str, thread_id: str, message_id: str) -> str:
+    """The id of the reply to user message `message_id`: derived, so any request for that message finds it."""
+    digest = hashlib.sha256(f'{resource_id}\x00{thread_id}\x00{message_id}\x00reply'.encode()).hexdigest()
+    return f'msg_{digest[:32]}'
+
+
+# -- what a listener hears --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TurnStarted:
+    """The turn began (the user's message is being saved): `reply_id` is the id its reply will have."""
+
+    reply_id: str
+
+
+@dataclass(frozen=True)
+class MemoryPart:
+    """A `data-om-*` part, the moment it was made."""
+
+    part: OMPart
+
+
+@dataclass(frozen=True)
+class ActorStarted:
+    """An Actor call began (a reply, or a round of tool calls)."""
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """The next piece of the Actor's text, as the model wrote it."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCalled:
+    """The Actor called a tool: `server` ones (`recall`, `updateWorkingMemory`) are run here and answered
+    (`ToolAnswered`); a caller's own come back to it in the reply."""
+
+    call: ToolCallPart
+    server: bool = False
+
+
+@dataclass(frozen=True)
+class ToolAnswered:
+    """A tool run here answered."""
+
+    result: ToolResultPart
+
+
+@dataclass(frozen=True)
+class ActorFinished:
+    """The Actor call ended (answered, or failed: a `data-om-actor-failed` part says so)."""
+
+
+ChatEvent = TurnStarted | MemoryPart | ActorStarted | TextDelta | ToolCalled | ToolAnswered | ActorFinished
+# Hears a turn as it happens. Must not raise (a listener that went away must not fail the turn).
+ChatListener = Callable[[ChatEvent], None]
 
 
 @dataclass
 class ChatResult:
-    """The Actor's reply (None when the Actor failed after the user's message was saved) and this call's parts."""
+    """The Actor's reply (None when the Actor failed after the user's message was saved) and this call's parts.
+
+    `replayed`: the message had been answered before; `reply` is the stored reply, and nothing ran or was stored.
+    """
 
     reply: Message | None
     parts: CycleParts
     saved_ids: list[str] = field(default_factory=list)
     actor_calls: int = 0
+    replayed: bool = False
 
 
 def today_line(now: datetime) -> str:
@@ -115,22 +196,22 @@ class ChatService:
 
     Args:
         conversation: Steps and turns; its engine's router, settings (`actor_model`), counter and clock serve the Actor.
-        id_factory: Makes new message ids (server ids are `msg_<uuid hex>`).
         system_prompt: The Actor's own instructions, placed before the memory system message.
+        sleep: Waits between looks at another request's progress on the same message (injectable for tests).
     """
 
     def __init__(
         self,
         conversation: Conversation,
         *,
-        id_factory: Callable[[], str] | None = None,
         system_prompt: str = ACTOR_SYSTEM_PROMPT,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.conversation = conversation
         self.engine = conversation.engine
         self.semantic = conversation.semantic
-        self._new_id = id_factory or (lambda: f'msg_{uuid.uuid4().hex}')
         self.system_prompt = system_prompt
+        self._sleep = sleep
 
     def chat(
         self,
@@ -141,8 +222,9 @@ class ChatService:
         tools: Sequence[FunctionDeclaration] = (),
         step_number: int = 0,
         read_only: bool = False,
+        listener: ChatListener | None = None,
     ) -> ChatResult:
-        """Save `message`, ask the Actor, save and return its reply.
+        """Save `message`, ask the Actor, save and return its reply; a message answered before gets its stored reply.
 
         Args:
             resource_id: The owner of the thread.
@@ -151,20 +233,104 @@ class ChatService:
             tools: Function declarations exposed to the Actor (run by the client; only `recall` is run here).
             step_number: The step's number, echoed in the status part.
             read_only: Working memory is shown but the Actor gets no tool to change it (this request only).
+            listener: Hears the turn as it happens (`ChatEvent`s), from `TurnStarted` on: the message was claimed
+                and checked (not answered, no other content under its id), so what is raised before it wrote nothing;
+                later trouble saving it (a storage outage) comes after it.
 
         Returns:
             ChatResult with the reply (or None and a `data-om-actor-failed` part when the Actor failed).
 
         Raises:
             InvalidInputError, ThreadNotFoundError, MessageConflictError, StorageError: before anything was saved.
+            TurnInProgressError: another request is answering this message and did not finish while this one waited.
         """
+        check_ids(resource_id, thread_id)
+        store, clock = self.engine.store, self.engine.clock
+        reply_id = reply_id_for(resource_id, thread_id, message.id)
+        owner = uuid.uuid4().hex
+        lease = timedelta(seconds=self.engine.time_budget_s + MIN_ACTOR_S + CLAIM_MARGIN_S)
+        give_up = clock.monotonic() + self.engine.time_budget_s
+        poll = WAIT_POLL_S[0]
+        while True:
+            held = store.claim_turn(resource_id, thread_id, message.id, owner=owner, now=clock.now(), lease=lease)
+            try:
+                stored = self._stored_reply(resource_id, thread_id, message, reply_id)
+            except BaseException:
+                if held is None:
+                    store.release_turn(resource_id, thread_id, message.id, owner=owner)
+                raise
+            if stored is not None:
+                if held is None:
+                    store.release_turn(resource_id, thread_id, message.id, owner=owner)
+                return self._replay(stored, listener)
+            if held is None:
+                break
+            # Another request is answering this message: wait for its reply (or for its claim to end).
+            if clock.monotonic() + poll > give_up:
+                raise TurnInProgressError(message.id)
+            self._sleep(poll)
+            poll = min(poll * 2, WAIT_POLL_S[1])
+        try:
+            return self._answer(
+                resource_id,
+                thread_id,
+                message,
+                reply_id,
+                tools=tools,
+                step_number=step_number,
+                read_only=read_only,
+                hear=_Announcer(reply_id, listener),
+            )
+        finally:
+            store.release_turn(resource_id, thread_id, message.id, owner=owner)
+
+    def _stored_reply(self, resource_id: str, thread_id: str, message: Message, reply_id: str) -> Message | None:
+        """The reply stored for `message`, or None. A stored message of this id with other content is a conflict
+        (found here, before the turn is heard of, so it is refused like any request that writes nothing)."""
+        found = {m.id: m for m in self.engine.store.get_messages(resource_id, thread_id, [message.id, reply_id])}
+        stored = found.get(message.id)
+        if stored is not None and stored.content_hash() != message.content_hash():
+            raise MessageConflictError(message.id)
+        return found.get(reply_id)
+
+    @staticmethod
+    def _replay(reply: Message, listener: ChatListener | None) -> ChatResult:
+        """The stored reply, told to the listener as the Actor call it came from (nothing runs, nothing is stored)."""
+        if listener is not None:
+            listener(TurnStarted(reply.id))
+            listener(ActorStarted())
+            text = reply.text()
+            if text:
+                listener(TextDelta(text))
+            for part in reply.parts:
+                if isinstance(part, ToolCallPart):
+                    listener(ToolCalled(part))
+            listener(ActorFinished())
+        return ChatResult(reply, CycleParts(), [], actor_calls=0, replayed=True)
+
+    def _answer(
+        self,
+        resource_id: str,
+        thread_id: str,
+        message: Message,
+        reply_id: str,
+        *,
+        tools: Sequence[FunctionDeclaration],
+        step_number: int,
+        read_only: bool,
+        hear: _Announcer,
+    ) -> ChatResult:
+        """The turn itself: the step, the Actor (with rounds of the tools run here), and the reply saved."""
         engine = self.engine
         started = engine.clock.monotonic()
         clock = _TurnClock(engine.clock.now)
-        step = self.conversation.step(resource_id, thread_id, [message], step_number=step_number, read_only=read_only)
+        hear.start()  # the listener may answer now: the reply's id is known and nothing left can refuse the message
+        parts = CycleParts(sink=hear.part if hear.listening else None)
+        step = self.conversation.step(
+            resource_id, thread_id, [message], step_number=step_number, read_only=read_only, parts=parts
+        )
         # The stored message (a retry keeps the time it was first sent with) says when this turn happens.
         clock.said_at(time_of(next((m for m in step.messages if m.id == message.id), message)))
-        parts = CycleParts(list(step.parts))
         system = f'{self.system_prompt}\n\n{today_line(clock.said)}'
         if step.system.strip():
             system = f'{system}\n\n{step.system}'
@@ -187,14 +353,20 @@ class ChatService:
             )
             input_tokens = engine.counter.count_messages(history) + engine.counter.count_string(system)
             actor_calls += 1
+            hear(ActorStarted())
             try:
                 response = engine.router.generate(
-                    engine.settings.actor_model, request, input_tokens=input_tokens, deadline=deadline
+                    engine.settings.actor_model,
+                    request,
+                    input_tokens=input_tokens,
+                    deadline=deadline,
+                    on_text=hear.text if hear.listening else None,
                 )
             except ModelError as exc:
                 # The tool rounds are not saved: a retry of the same message runs them again.
                 logger.warning('actor failed', extra={'thread_id': thread_id, 'error': exc.code})
                 parts.add(ActorFailed(error=exc.code, retryable=exc.retryable, model=getattr(exc, 'model', None)))
+                hear(ActorFinished())
                 return ChatResult(None, parts, list(step.saved_ids), actor_calls=actor_calls)
             calls = response.function_calls
             runs_tools = bool(calls) and all(c.name in internal for c in calls)
@@ -206,18 +378,27 @@ class ChatService:
                 response = ModelResponse(text=response.text, model=response.model, usage=response.usage)
                 break
             working = self.conversation.working
-            turn_messages.extend(self._recall_round(response, resource_id, thread_id, recall_scope, working, clock))
+            round_number = len(turn_messages) // 2
+            turn_messages.extend(
+                self._recall_round(
+                    response, resource_id, thread_id, recall_scope, working, reply_id, round_number, hear, clock
+                )
+            )
+            hear(ActorFinished())
 
-        reply = self._reply(response, clock.now())
+        reply = self._reply(response, reply_id, clock.now())
+        for part in reply.parts:
+            if isinstance(part, ToolCallPart):
+                hear(ToolCalled(part))  # the caller's own tools: it runs them and sends the results to /turns
+        hear(ActorFinished())
         saved = list(step.saved_ids)
         try:
-            turn = self.conversation.turn(resource_id, thread_id, [*turn_messages, reply])
+            turn = self.conversation.turn(resource_id, thread_id, [*turn_messages, reply], parts=parts)
         except OMError as exc:
             # The answer exists and the user's message is saved; losing the reply now would hide both.
             logger.warning('reply not saved', extra={'thread_id': thread_id, 'error': exc.code})
             parts.add(ReplyUnsaved(error=exc.code, retryable=exc.retryable))
             return ChatResult(reply, parts, saved, actor_calls=actor_calls)
-        parts.extend(turn.parts)
         stored = next((m for m in turn.saved if m.id == reply.id), reply)
         return ChatResult(stored, parts, [*saved, *(m.id for m in turn_messages), reply.id], actor_calls=actor_calls)
 
@@ -229,26 +410,31 @@ class ChatService:
         thread_id: str,
         scope: Literal['thread', 'resource'],
         working: WorkingMemory | None,
+        reply_id: str,
+        round_number: int,
+        hear: _Announcer,
         clock: _TurnClock,
     ) -> list[Message]:
         """Run the response's tool calls (recall, updateWorkingMemory): the assistant tool-call message and the
-        tool-result message."""
+        tool-result message (their ids derived from the reply's, so a retried turn stores them once)."""
         call_parts: list[TextPart | ToolCallPart] = [TextPart(text=response.text)] if response.text else []
         result_parts: list[ToolResultPart] = []
         for call in response.function_calls:
             call_id = call.id or f'call_{uuid.uuid4().hex}'
-            call_parts.append(ToolCallPart(tool_call_id=call_id, tool_name=call.name, args=call.args))
+            called = ToolCallPart(tool_call_id=call_id, tool_name=call.name, args=call.args)
+            call_parts.append(called)
+            hear(ToolCalled(called, server=True))
             if call.name == WORKING_MEMORY_TOOL and working is not None:
                 result, failed = working.run_tool(call.args, resource_id, thread_id)
             else:
                 result, failed = self._run_recall(call, resource_id, thread_id, scope)
-            result_parts.append(
-                ToolResultPart(tool_call_id=call_id, tool_name=call.name, result=result, is_error=failed)
-            )
+            answered = ToolResultPart(tool_call_id=call_id, tool_name=call.name, result=result, is_error=failed)
+            result_parts.append(answered)
+            hear(ToolAnswered(answered))
         now = clock.now()
         return [
-            Message(id=self._new_id(), role='assistant', created_at=now, parts=tuple(call_parts)),
-            Message(id=self._new_id(), role='tool', created_at=now, parts=tuple(result_parts)),
+            Message(id=f'{reply_id}_call{round_number}', role='assistant', created_at=now, parts=tuple(call_parts)),
+            Message(id=f'{reply_id}_result{round_number}', role='tool', created_at=now, parts=tuple(result_parts)),
         ]
 
     def _run_recall(
@@ -276,7 +462,7 @@ class ChatService:
             return {'error': 'recall could not read the history right now; answer without it or try again'}, True
 
     # -- request and reply ------------------------------------------------------------------------------------------
-    def _reply(self, response: ModelResponse, at: datetime) -> Message:
+    def _reply(self, response: ModelResponse, reply_id: str, at: datetime) -> Message:
         reply_parts: list[TextPart | ToolCallPart] = []
         if response.text:
             reply_parts.append(TextPart(text=response.text))
@@ -286,7 +472,7 @@ class ChatService:
             )
         if not reply_parts:
             reply_parts.append(TextPart(text=''))
-        return Message(id=self._new_id(), role='assistant', created_at=at, parts=tuple(reply_parts))
+        return Message(id=reply_id, role='assistant', created_at=at, parts=tuple(reply_parts))
 
     def _contents(self, messages: Sequence[Message], resource_id: str) -> list[Content]:
         contents: list[Content] = []
@@ -331,3 +517,28 @@ class ChatService:
             return InlineBlob(mime_type=mime, data=data)
         name = part.filename or 'attachment'
         return f'[attachment {name} ({mime}) at {part.url or "inline data"}; not available to you]'
+
+
+class _Announcer:
+    """Tells the listener (if any) what happens, the reply's id first (`start`)."""
+
+    def __init__(self, reply_id: str, listener: ChatListener | None) -> None:
+        self.reply_id = reply_id
+        self.listener = listener
+
+    @property
+    def listening(self) -> bool:
+        return self.listener is not None
+
+    def start(self) -> None:
+        self(TurnStarted(self.reply_id))
+
+    def __call__(self, event: ChatEvent) -> None:
+        if self.listener is not None:
+            self.listener(event)
+
+    def part(self, part: OMPart) -> None:
+        self(MemoryPart(part))
+
+    def text(self, delta: str) -> None:
+        self(TextDelta(delta))

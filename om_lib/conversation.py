@@ -76,12 +76,14 @@ class Conversation:
         *,
         step_number: int = 0,
         read_only: bool = False,
+        parts: CycleParts | None = None,
     ) -> AgentStep:
         """Save the step's input, update memory when due, and return the Actor's context.
 
         `read_only`: working memory is shown, but the Actor gets no tool to change it (this request only).
+        `parts`: the collector to report into (with its live sink, if any); a new one by default.
         """
-        step = self.engine.prepare_step(resource_id, thread_id, messages, step_number=step_number)
+        step = self.engine.prepare_step(resource_id, thread_id, messages, step_number=step_number, parts=parts)
         system = step.system
         parts = step.parts
         recalled = self._semantic_recall(resource_id, thread_id, messages, step.messages, parts)
@@ -140,10 +142,16 @@ class Conversation:
             return ''
         return format_recalled(recalled, thread_id)
 
-    def turn(self, resource_id: str, thread_id: str, outputs: Sequence[Message]) -> AgentTurn:
-        """Save the turn's outputs; queue what is due (background memory work, indexing, a title)."""
-        turn = self.engine.complete_turn(resource_id, thread_id, outputs)
-        parts = CycleParts(list(turn.parts))
+    def turn(
+        self, resource_id: str, thread_id: str, outputs: Sequence[Message], *, parts: CycleParts | None = None
+    ) -> AgentTurn:
+        """Save the turn's outputs; queue what is due (background memory work, indexing, a title).
+
+        `parts`: the collector to report into (a new one by default); the returned turn's parts are this turn's only.
+        """
+        before = len(parts) if parts is not None else 0
+        turn = self.engine.complete_turn(resource_id, thread_id, outputs, parts=parts)
+        parts = turn.parts
         if self.semantic is not None:
             self.semantic.schedule(resource_id, thread_id)  # embed the turn's messages, off the path
         scheduled = list(turn.scheduled)
@@ -151,4 +159,4 @@ class Conversation:
             scheduled.append('title')
         if scheduled:
             parts.add(Scheduled(operations=tuple(scheduled)))
-        return AgentTurn(list(turn.saved), parts, scheduled)
+        return AgentTurn(list(turn.saved), CycleParts(parts.items[before:]), scheduled)

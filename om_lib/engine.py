@@ -147,14 +147,22 @@ class MemoryEngine:
 
     # -- the step and the turn -------------------------------------------------------------------------------------
     def prepare_step(
-        self, resource_id: str, thread_id: str, new_messages: Sequence[Message], *, step_number: int = 0
+        self,
+        resource_id: str,
+        thread_id: str,
+        new_messages: Sequence[Message],
+        *,
+        step_number: int = 0,
+        parts: CycleParts | None = None,
     ) -> StepResult:
         """Save the step's new input, update memory when due, and return the Actor's context (om_lib/step.py)."""
-        return self.steps.prepare(resource_id, thread_id, new_messages, step_number=step_number)
+        return self.steps.prepare(resource_id, thread_id, new_messages, step_number=step_number, parts=parts)
 
-    def complete_turn(self, resource_id: str, thread_id: str, outputs: Sequence[Message]) -> TurnResult:
+    def complete_turn(
+        self, resource_id: str, thread_id: str, outputs: Sequence[Message], *, parts: CycleParts | None = None
+    ) -> TurnResult:
         """Save the turn's outputs; queue background work that is due (om_lib/step.py)."""
-        return self.steps.complete_turn(resource_id, thread_id, outputs)
+        return self.steps.complete_turn(resource_id, thread_id, outputs, parts=parts)
 
     # -- background --------------------------------------------------------------------------------------------------
     def observe_now(

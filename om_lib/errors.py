@@ -87,6 +87,20 @@ class MessageConflictError(StorageError):
         self.message_id = message_id
 
 
+class TurnInProgressError(StorageError):
+    """Another request is answering this user message right now and did not finish while this one waited."""
+
+    code = 'in_progress'
+    retryable = True
+
+    def __init__(self, message_id: str) -> None:
+        super().__init__(
+            f'message {message_id!r} is being answered by another request; retry with the same id in a few seconds '
+            'to get its reply'
+        )
+        self.message_id = message_id
+
+
 class VersionConflictError(StorageError):
     """A conditional write lost to a concurrent writer."""
 

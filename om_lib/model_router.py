@@ -23,11 +23,25 @@ from om_lib.errors import (
 )
 from om_lib.llm import ModelRequest, ModelResponse
 from om_lib.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelSpec
-from om_lib.ports import Clock, LanguageModel
+from om_lib.ports import Clock, LanguageModel, StreamingLanguageModel, TextSink
 
 logger = logging.getLogger(__name__)
 
 _TRANSIENT = (ModelUnavailableError, DeadlineExceededError)
+
+
+class _Relay:
+    """Passes streamed text on to the caller's sink and remembers whether any went out: once the listener has part
+    of an answer, a failure is final (no retry, no fallback would give it a clean second answer)."""
+
+    def __init__(self, sink: TextSink) -> None:
+        self.sink = sink
+        self.emitted = False
+
+    def __call__(self, delta: str) -> None:
+        if delta:
+            self.emitted = True
+            self.sink(delta)
 
 
 @dataclass
@@ -126,7 +140,9 @@ class ModelRouter:
       * `ModelRequestError` (permanent) is never retried on the same model;
       * a fallback list moves to its next entry after any `ModelError` the entry could not recover from;
       * no attempt starts once the deadline has passed, no backoff sleeps past it, and each attempt's
-        `timeout_s` is the time left.
+        `timeout_s` is the time left;
+      * a streamed call (`on_text`) is retried and falls back like any other until its first text went out; after
+        that its failure is final (the listener would otherwise see two answers run into each other).
     """
 
     def __init__(
@@ -167,7 +183,15 @@ class ModelRouter:
         self._rng = rng or random.SystemRandom()
         self.breakers = breakers or CircuitBreakers(clock)
 
-    def generate(self, spec: ModelSpec, request: ModelRequest, *, input_tokens: int, deadline: float) -> ModelResponse:
+    def generate(
+        self,
+        spec: ModelSpec,
+        request: ModelRequest,
+        *,
+        input_tokens: int,
+        deadline: float,
+        on_text: TextSink | None = None,
+    ) -> ModelResponse:
         """Get a usable answer for `request` from the model(s) `spec` names.
 
         Args:
@@ -175,6 +199,8 @@ class ModelRouter:
             request: The provider-neutral request.
             input_tokens: The input size used to pick a `ModelByInputTokens` tier.
             deadline: The path's deadline on `clock.monotonic()`; nothing starts after it.
+            on_text: Streams the answer: its text is handed on piece by piece as it arrives (a provider that cannot
+                stream hands it on whole when it is done). Must not raise.
 
         Returns:
             The answer, with `.model` set to the `provider/model_id` that produced it.
@@ -187,11 +213,12 @@ class ModelRouter:
             ModelOutputError: The (last) model's answers were unusable twice.
         """
         plan = self._plan(spec, input_tokens)
+        relay = _Relay(on_text) if on_text is not None else None
         for index, (ref, max_retries) in enumerate(plan):
             try:
-                return self._run_entry(ref, max_retries, request, deadline)
+                return self._run_entry(ref, max_retries, request, deadline, relay)
             except ModelError as exc:
-                if index + 1 == len(plan):
+                if index + 1 == len(plan) or (relay is not None and relay.emitted):
                     raise
                 # Also after a deadline error: the next entry starts only if time is left (it checks first).
                 logger.warning(
@@ -218,7 +245,9 @@ class ModelRouter:
                 )
         return plan
 
-    def _run_entry(self, ref: ModelRef, max_retries: int, request: ModelRequest, deadline: float) -> ModelResponse:
+    def _run_entry(
+        self, ref: ModelRef, max_retries: int, request: ModelRequest, deadline: float, relay: _Relay | None
+    ) -> ModelResponse:
         """Call one model until it answers usably or its retry budget is spent; raise its last error otherwise."""
         provider = self._providers[ref.provider]
         transient_retries = 0
@@ -230,13 +259,13 @@ class ModelRouter:
                 raise _deadline_error(ref, last_error) from last_error
             self.breakers.admit(ref.name)  # an open circuit fails here, at once: no retries, no sleeping
             try:
-                response = provider.generate(ref.model_id, request, timeout_s=remaining)
+                response = _call(provider, ref.model_id, request, remaining, relay)
             except _TRANSIENT as exc:
                 _name_model(exc, ref)
                 last_error = exc
                 retry_after = exc.retry_after_s if isinstance(exc, ModelUnavailableError) else None
                 self.breakers.failed(ref.name, retry_after_s=retry_after)
-                if transient_retries >= max_retries or self.breakers.is_open(ref.name):
+                if transient_retries >= max_retries or self.breakers.is_open(ref.name) or _streamed(relay):
                     raise  # out of retries, or this failure opened the model's circuit: no point sleeping
                 # Honour the provider's Retry-After when it asks for longer than our backoff.
                 delay = max(self._backoff(transient_retries), retry_after or 0.0)
@@ -252,7 +281,7 @@ class ModelRouter:
             except ModelOutputError as exc:
                 _name_model(exc, ref)
                 last_error = exc
-                if output_retry_used:
+                if output_retry_used or _streamed(relay):
                     raise
                 # A blocked or empty answer is a property of this sample, not of the service: ask again at once.
                 output_retry_used = True
@@ -268,6 +297,24 @@ class ModelRouter:
     def _backoff(self, retry_index: int) -> float:
         base = min(self._backoff_base_s * (2**retry_index), self._backoff_cap_s)
         return float(base * self._rng.uniform(1 - self._jitter, 1 + self._jitter))
+
+
+def _call(
+    provider: LanguageModel, model_id: str, request: ModelRequest, timeout_s: float, relay: _Relay | None
+) -> ModelResponse:
+    """One attempt: streamed when the caller listens and the provider can stream, else whole (its text then handed
+    on in one piece once it is known to be usable)."""
+    if relay is None:
+        return provider.generate(model_id, request, timeout_s=timeout_s)
+    if isinstance(provider, StreamingLanguageModel):
+        return provider.stream(model_id, request, timeout_s=timeout_s, on_text=relay)
+    response = provider.generate(model_id, request, timeout_s=timeout_s)
+    relay(response.text)
+    return response
+
+
+def _streamed(relay: _Relay | None) -> bool:
+    return relay is not None and relay.emitted
 
 
 def _name_model(exc: ModelError, ref: ModelRef) -> None:

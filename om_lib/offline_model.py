@@ -39,6 +39,7 @@ from om_lib.messages import (
     ToolResultPart,
     time_of,
 )
+from om_lib.ports import TextSink
 
 __all__ = [
     'OFFLINE_ANSWER_PREFIX',
@@ -185,6 +186,13 @@ class OfflineLanguageModel:
             usage=Usage(input_tokens=input_chars // 4, output_tokens=len(text) // 4),
             finish_reason='STOP',
         )
+
+    def stream(self, model_id: str, request: ModelRequest, *, timeout_s: float, on_text: TextSink) -> ModelResponse:
+        """`generate`, its text handed to `on_text` word by word (each word with the space before it)."""
+        response = self.generate(model_id, request, timeout_s=timeout_s)
+        for piece in re.findall(r'\s*\S+|\s+$', response.text):
+            on_text(piece)
+        return response
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,14 +1,17 @@
 """The streamed `data-om-*` parts (seed 000, "Streaming data parts"): one frozen dataclass per kind.
 
 A step, a turn or a background job collects the parts it produces in a `CycleParts`; they become JSON once, at the
-edge (`CycleParts.to_json`). Field names in JSON are the seed's (camelCase); a field that is None is left out.
+edge (`CycleParts.to_json`). A `CycleParts` may also carry a live `sink`: every part is handed to it the moment it is
+added (the streamed chat route sends it to the browser then: observation-start before the Observer call, -end after).
+
+Field names in JSON are the seed's (camelCase); a field that is None is left out.
 Parts that background work keeps on a record until a step answers them are stored as JSON and come back as
 `StoredPart`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any, ClassVar, Literal
@@ -353,19 +356,41 @@ def with_observations(part: BufferingEnd, observations: str) -> BufferingEnd:
 FAILED_TYPES = frozenset({ObservationFailed.TYPE, BufferingFailed.TYPE})
 
 
+PartSink = Callable[['OMPart'], None]
+
+
 @dataclass
 class CycleParts:
-    """The `data-om-*` parts one step, turn or job produced, in order."""
+    """The `data-om-*` parts one step, turn or job produced, in order.
+
+    `sink`, when set, is called with each part as it is added (a live listener: the streamed chat route). It must not
+    raise: a listener that went away (a closed connection) must not fail the work that reports to it.
+    """
 
     items: list[OMPart] = field(default_factory=list)
+    sink: PartSink | None = field(default=None, repr=False, compare=False)
 
     def add(self, part: OMPart) -> None:
-        """Append one part."""
+        """Append one part (and hand it to the live sink)."""
         self.items.append(part)
+        if self.sink is not None:
+            self.sink(part)
 
     def extend(self, parts: Iterable[OMPart]) -> None:
         """Append several parts."""
-        self.items.extend(parts)
+        for part in parts:
+            self.add(part)
+
+    def preview(self, part: OMPart) -> None:
+        """Hand `part` to the live sink only, not to the collected parts: a first look (the memory's windows as the
+        step found them) that a later part of the same kind replaces. Without a sink, nothing happens."""
+        if self.sink is not None:
+            self.sink(part)
+
+    @property
+    def live(self) -> bool:
+        """Whether a live sink listens (work done only for it, like a preview, can be skipped otherwise)."""
+        return self.sink is not None
 
     def failures(self) -> list[dict[str, Any]]:
         """The `data` of every observation-failed and buffering-failed part (stored ones included)."""

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from om_lib.llm import ModelRequest, ModelResponse
@@ -46,6 +46,24 @@ class LanguageModel(Protocol):
         Not idempotent (each call is a new generation). Must return within `timeout_s` seconds, its own retries
         included. Raises ModelUnavailableError (transient: 408/429/5xx, timeouts, network), ModelRequestError
         (permanent: 4xx), or ModelOutputError (empty, blocked or unusable answer).
+        """
+        ...
+
+
+# Receives an answer's text piece by piece as the model streams it.
+TextSink = Callable[[str], None]
+
+
+@runtime_checkable
+class StreamingLanguageModel(Protocol):
+    """A provider that can also stream an answer (the chat Actor's reply, shown as it is written)."""
+
+    def stream(self, model_id: str, request: ModelRequest, *, timeout_s: float, on_text: TextSink) -> ModelResponse:
+        """Like `generate`, but hand the answer's text to `on_text` piece by piece while it arrives.
+
+        Returns the whole answer (its text is the pieces joined) with its function calls and usage, and raises the
+        same errors as `generate`, also after some text was handed on (the caller then must not retry: its listener
+        has part of an answer). `on_text` must not raise.
         """
         ...
 
@@ -179,6 +197,21 @@ class MemoryStore(Protocol):
         ids are scoped to their resource, so another resource's thread of the same id is no obstacle and is never
         revealed. An erased id may be created again (a new incarnation, as with `append_messages`).
         """
+        ...
+
+    def claim_turn(
+        self, resource_id: str, thread_id: str, message_id: str, *, owner: str, now: datetime, lease: timedelta
+    ) -> datetime | None:
+        """Take the right to answer user message `message_id` for `lease` (one conditional write): None when taken (no
+        claim, an expired one, or one `owner` already holds, which is renewed), else when the holder's lease ends.
+
+        The claim keeps concurrent requests for one message from each calling the Actor; the stored reply, not the
+        claim, is what says the message was answered. A claim outlives neither its lease nor its thread's erasure.
+        """
+        ...
+
+    def release_turn(self, resource_id: str, thread_id: str, message_id: str, *, owner: str) -> None:
+        """Give the claim back (only `owner`'s claim is removed; a lost or expired one is no error)."""
         ...
 
     def get_messages(self, resource_id: str, thread_id: str, ids: Sequence[str]) -> list[Message]:

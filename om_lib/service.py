@@ -15,7 +15,19 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from om_lib import history, uploads
-from om_lib.chat import ChatResult, ChatService
+from om_lib.chat import (
+    ActorFinished,
+    ActorStarted,
+    ChatEvent,
+    ChatListener,
+    ChatResult,
+    ChatService,
+    MemoryPart,
+    TextDelta,
+    ToolAnswered,
+    ToolCalled,
+    TurnStarted,
+)
 from om_lib.config import ResolvedOMConfig, SemanticRecallSettings
 from om_lib.conversation import AgentStep, AgentTurn, Conversation
 from om_lib.engine import MemoryEngine, OmStatus
@@ -95,10 +107,18 @@ class MemoryService:
         tools: Sequence[FunctionDeclaration] = (),
         step_number: int = 0,
         read_only: bool = False,
+        listener: ChatListener | None = None,
     ) -> ChatResult:
-        """`POST /threads/{threadId}/chat`: a step, the Actor call and the turn in one call."""
+        """`POST /threads/{threadId}/chat`: a step, the Actor call and the turn in one call; a message answered before
+        gets its stored reply. `listener` hears the turn as it happens (the streamed answer); JSON passes none."""
         return self.chat_service.chat(
-            resource_id, thread_id, message, tools=tools, step_number=step_number, read_only=read_only
+            resource_id,
+            thread_id,
+            message,
+            tools=tools,
+            step_number=step_number,
+            read_only=read_only,
+            listener=listener,
         )
 
     # -- memory ----------------------------------------------------------------------------------------------------
@@ -386,6 +406,16 @@ class MemoryService:
 # The request types of the service's methods, for the edges.
 __all__ = [
     'DEFAULT_PER_PAGE',
+    'ActorFinished',
+    'ActorStarted',
+    'ChatEvent',
+    'ChatListener',
+    'ChatResult',
+    'MemoryPart',
+    'TextDelta',
+    'ToolAnswered',
+    'ToolCalled',
+    'TurnStarted',
     'MAX_WORKING_MEMORY_BYTES',
     'WORKING_MEMORY_KEY',
     'DateRange',

@@ -67,9 +67,18 @@ class Steps(MemoryRooms):
 
     # -- the step ------------------------------------------------------------------------------------------------------
     def prepare(
-        self, resource_id: str, thread_id: str, new_messages: Sequence[Message], *, step_number: int = 0
+        self,
+        resource_id: str,
+        thread_id: str,
+        new_messages: Sequence[Message],
+        *,
+        step_number: int = 0,
+        parts: CycleParts | None = None,
     ) -> StepResult:
-        """Save the step's new input, update memory when due, and return the Actor's context."""
+        """Save the step's new input, update memory when due, and return the Actor's context.
+
+        `parts`: the collector to report into (with its live sink, if any); a new one by default.
+        """
         rt = self.rt
         deadline = rt.deadline()
         check_ids(resource_id, thread_id)
@@ -86,7 +95,7 @@ class Steps(MemoryRooms):
             include_record=rt.settings.scope == 'thread',
             mark_pending=self.resource is not None and enabled,
         )
-        parts = CycleParts()
+        parts = CycleParts() if parts is None else parts
         saved = list(appended.created_ids)
         if not enabled:
             return StepResult(thread_id, resource_id, '', self._last_messages(appended), parts, None, saved)
@@ -125,6 +134,9 @@ class Steps(MemoryRooms):
         record = record or rt.writer.get_or_create('thread', resource_id, thread_id)
         unobserved = rt.load_after(resource_id, thread_id, record.cursor(thread_id))
         threshold = rt.message_threshold(record)
+        if parts.live:  # a live listener sees the windows as the step found them, before any memory work
+            shown = actor.visible_messages(rt, record, unobserved, appended.messages)
+            parts.preview(actor.status_part(rt, record, shown, thread_id, step_number))
         if self.buffering is not None:
             record, thread, unobserved = self.buffering.step(
                 record, thread, unobserved, deadline, parts, step_input=appended.messages
@@ -160,6 +172,10 @@ class Steps(MemoryRooms):
         record = deliver_background_parts(rt, record, parts)
         snap = view.snapshot(record, thread_id)
         threshold = rt.message_threshold(record)
+        if parts.live:  # a live listener sees the windows as the step found them, before any memory work
+            shown = actor.visible_messages(rt, record, snap.current.messages, appended.messages)
+            others = sum(b.tokens for b in snap.others)
+            parts.preview(actor.status_part(rt, record, shown, thread_id, step_number, other_tokens=others))
         # This thread's own new input stays out of this cycle (it is observed with the turn that answers it), and
         # does not count towards it either (as in a thread-scope step).
         own = before_step_input(snap.current.messages, appended.messages)
@@ -225,11 +241,13 @@ class Steps(MemoryRooms):
         return self.reflection.due(record) or (over and lease_active(record.reflecting, self.rt.clock.now()))
 
     # -- the turn ------------------------------------------------------------------------------------------------------
-    def complete_turn(self, resource_id: str, thread_id: str, outputs: Sequence[Message]) -> TurnResult:
+    def complete_turn(
+        self, resource_id: str, thread_id: str, outputs: Sequence[Message], *, parts: CycleParts | None = None
+    ) -> TurnResult:
         """Save the turn's outputs (assistant and tool messages). Idempotent per message id.
 
         With background work available, a due observation or reflection is queued now, so the next step finds it
-        done instead of waiting for it.
+        done instead of waiting for it. `parts`: the collector to report into (a new one by default).
         """
         rt = self.rt
         check_ids(resource_id, thread_id)
@@ -238,7 +256,7 @@ class Steps(MemoryRooms):
         appended = rt.store.append_messages(
             resource_id, thread_id, incoming, now=rt.clock.now(), mark_pending=self.resource is not None and enabled
         )
-        parts = CycleParts()
+        parts = CycleParts() if parts is None else parts
         scheduled: list[str] = []
         if rt.work is None or not enabled:
             return TurnResult(list(appended.messages), parts, scheduled)

@@ -1,8 +1,10 @@
-"""dynalite for the test suite: an offline DynamoDB whose single-item conditional writes are atomic (moto's are not).
+"""The suite's Node tools (`tests/tools`): dynalite, an offline DynamoDB whose single-item conditional writes are atomic
+(moto's are not), and the AI SDK (`ai`), which reads the streamed chat route as a web app would.
 
-dynalite comes from `tests/tools` (`npm ci --prefix tests/tools`). `ensure_dynalite()` installs it when missing and
-skips the calling test only when node/npm are unavailable or the install fails (no registry); `running_dynalite()`
-starts it on a free loopback port for the duration of a block.
+They come from `tests/tools` (`npm ci --prefix tests/tools`, pinned by its package-lock.json). `ensure_node_tools()`
+installs them when missing and skips the calling test only when node/npm are unavailable or the install fails (no
+registry); CI sets OM_REQUIRE_DYNALITE, which turns those skips into failures. `running_dynalite()` starts dynalite
+on a free loopback port for the duration of a block.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,23 +24,37 @@ import pytest
 
 TOOLS = Path(__file__).resolve().parent / 'tools'
 DYNALITE = TOOLS / 'node_modules' / 'dynalite' / 'cli.js'
+AI_SDK = TOOLS / 'node_modules' / 'ai' / 'package.json'
+_INSTALL_LOCK = threading.Lock()
 
 
 def ensure_dynalite(purpose: str = 'dynalite race tests') -> str:
     """The `node` executable, with dynalite installed in tests/tools; `pytest.skip` when that is impossible."""
+    return ensure_node_tools(purpose)
+
+
+def ensure_node_tools(purpose: str) -> str:
+    """The `node` executable, with tests/tools installed (dynalite, the AI SDK); `pytest.skip` when impossible."""
     node = shutil.which('node') or _wheel_node()
     if node is None:
         _unavailable(f'{purpose} need node (Node.js 18+); install it to run them')
-    if not DYNALITE.exists():
-        npm = npm_command(node)
-        if npm is None:
-            _unavailable(f'{purpose} need npm to install dynalite (npm ci --prefix tests/tools)')
-        result = subprocess.run(
-            [*npm, 'ci', '--prefix', str(TOOLS), '--no-audit', '--no-fund'], capture_output=True, text=True, timeout=180
-        )
-        if result.returncode != 0 or not DYNALITE.exists():
-            _unavailable(f'could not install dynalite (npm ci --prefix tests/tools): {result.stderr.strip()[-300:]}')
+    with _INSTALL_LOCK:
+        if not (DYNALITE.exists() and AI_SDK.exists()):
+            npm = npm_command(node)
+            if npm is None:
+                _unavailable(f'{purpose} need npm to install the test tools (npm ci --prefix tests/tools)')
+            result = npm_ci(npm, TOOLS)
+            if result.returncode != 0 or not (DYNALITE.exists() and AI_SDK.exists()):
+                tail = result.stderr.strip()[-300:]
+                _unavailable(f'could not install the test tools (npm ci --prefix tests/tools): {tail}')
     return node
+
+
+def npm_ci(npm: list[str], prefix: Path) -> subprocess.CompletedProcess[str]:
+    """`npm ci` in `prefix`: exactly the versions of its package-lock.json, from the registry."""
+    return subprocess.run(
+        [*npm, 'ci', '--prefix', str(prefix), '--no-audit', '--no-fund'], capture_output=True, text=True, timeout=300
+    )
 
 
 def _wheel_node() -> str | None:

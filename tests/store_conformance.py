@@ -675,3 +675,23 @@ class WorkingMemoryConformance:
         store.delete_resource('r1')
         assert store.get_working_memory('r1', None) is None
         assert store.get_working_memory('r1', 't1') is None
+
+    # -- turn claims (who answers a user message) -----------------------------------------------------------------
+    def test_a_turn_claim_is_held_until_released_or_expired(self, store):
+        lease = timedelta(seconds=30)
+        assert store.claim_turn('r1', 't1', 'm1', owner='a', now=T0, lease=lease) is None
+        # Another owner sees when the holder's lease ends; the holder itself renews.
+        held = store.claim_turn('r1', 't1', 'm1', owner='b', now=T0 + timedelta(seconds=1), lease=lease)
+        assert held == T0 + lease
+        assert store.claim_turn('r1', 't1', 'm1', owner='a', now=T0 + timedelta(seconds=2), lease=lease) is None
+        # Claims are per message, thread and resource.
+        assert store.claim_turn('r1', 't1', 'm2', owner='b', now=T0, lease=lease) is None
+        assert store.claim_turn('r2', 't1', 'm1', owner='b', now=T0, lease=lease) is None
+        # Only the holder releases; then anyone may claim.
+        store.release_turn('r1', 't1', 'm1', owner='b')
+        assert store.claim_turn('r1', 't1', 'm1', owner='c', now=T0 + timedelta(seconds=3), lease=lease) is not None
+        store.release_turn('r1', 't1', 'm1', owner='a')
+        assert store.claim_turn('r1', 't1', 'm1', owner='c', now=T0 + timedelta(seconds=3), lease=lease) is None
+        # An expired claim is taken over.
+        later = T0 + timedelta(seconds=3) + lease + timedelta(seconds=1)
+        assert store.claim_turn('r1', 't1', 'm1', owner='d', now=later, lease=lease) is None

@@ -62,6 +62,7 @@ _OM_ERRORS: tuple[tuple[type[om.OMError], int, str], ...] = (
     (om.ThreadNotFoundError, 404, 'thread_not_found'),
     (om.NotFoundError, 404, 'not_found'),
     (om.MessageConflictError, 409, 'message_conflict'),
+    (om.TurnInProgressError, 409, 'in_progress'),
     (om.ThreadExistsError, 409, 'thread_exists'),
     (om.WorkingMemoryTooLargeError, 413, 'too_large'),
     (om.InvalidWorkingMemoryError, 422, 'invalid_working_memory'),

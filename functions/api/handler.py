@@ -19,6 +19,7 @@ from functions.api import (
     meta,
     recall_route,
     routes,
+    streaming,
     threads,
     working_memory_route,
 )
@@ -51,5 +52,14 @@ if os.environ.get('AWS_LAMBDA_FUNCTION_NAME'):
 @metrics.log_metrics
 @traced
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """One request. A streamed answer (the chat stream) is left for a transport that streams it
+    (`streaming.accepting_streams`: the Lambda streaming runtime, `om serve`); any other caller gets it whole."""
     refusal, admitted = edge.admit(event)
-    return edge.finish(event, refusal or app.resolve(admitted, context))
+    result = edge.finish(event, refusal or app.resolve(admitted, context))
+    return result if streaming.transport_streams() else streaming.buffered(result)
+
+
+# The chat stream function's handler: the same one, run by its streaming runtime (functions/api/stream_runtime.py
+# reads it from _HANDLER), which sends the streamed answers as they are made. A name of its own tells the two
+# functions apart in the template and in logs.
+chat_stream_handler = lambda_handler

@@ -11,7 +11,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from functions.api.limits import (
@@ -25,7 +25,7 @@ from functions.api.limits import (
     too_large,
 )
 from om_lib.ids import Id
-from om_lib.messages import Message, Part, ReasoningPart, Role, TextPart
+from om_lib.messages import FilePart, ImagePart, Message, Part, ReasoningPart, Role, TextPart
 
 # The fields a client never sees: arrival order, the token cache and the owner (the request already names it).
 SERVER_FIELDS = frozenset({'seq', 'token_counts', 'thread_id', 'resource_id'})
@@ -87,10 +87,11 @@ class MessageIn(_Model):
             raise ValueError('a message needs `content` (text) or at least one entry in `parts`')
         return self
 
-    def to_message(self, now: datetime) -> Message:
-        """The domain message, with a server id and time where the client sent none."""
+    def to_message(self, now: datetime, default_id: str | None = None) -> Message:
+        """The domain message, with a server id (`default_id`, else a new one) and time where the client sent none."""
         parts = tuple(self.parts) if self.parts else (TextPart(text=self.content or ''),)
-        return Message(id=self.id or new_message_id(), role=self.role, created_at=self.created_at or now, parts=parts)
+        message_id = self.id or default_id or new_message_id()
+        return Message(id=message_id, role=self.role, created_at=self.created_at or now, parts=parts)
 
 
 Messages = Annotated[list[MessageIn], AtMost(MAX_MESSAGES_PER_REQUEST, 'items', 'messages')]
@@ -114,32 +115,97 @@ class TurnsIn(_Model):
     messages: Messages
 
 
+class UiMessageIn(BaseModel):
+    """A message as the AI SDK's chat state holds it (`UIMessage`: `{id, role, parts, metadata}`). Only the newest
+    user message of a request is used; its `text` and `file` parts become the message's parts, other parts (steps,
+    tools, `data-*`) are the chat UI's own and are left out."""
+
+    model_config = ConfigDict(extra='ignore')
+
+    id: Id
+    role: Literal['system', 'user', 'assistant']
+    parts: Annotated[list[dict[str, Any]], AtMost(MAX_PARTS_PER_MESSAGE, 'items', 'parts')]
+
+    def to_message(self, now: datetime) -> Message:
+        """The user's message: its text parts and its files (images as image parts)."""
+        return Message(id=self.id, role='user', created_at=now, parts=tuple(self.content_parts()))
+
+    def content_parts(self) -> list[Part]:
+        """Its text and file parts as message parts (validation errors for what cannot be one)."""
+        parts: list[Part] = []
+        for part in self.parts:
+            kind = part.get('type')
+            if kind == 'text' and isinstance(part.get('text'), str) and part['text'].strip():
+                if len(part['text']) > MAX_TEXT_CHARS:
+                    raise too_large(MAX_TEXT_CHARS, 'characters of text', len(part['text']))
+                parts.append(TextPart(text=part['text']))
+            elif kind == 'file' and isinstance(part.get('url'), str):
+                media_type = str(part.get('mediaType') or '') or None
+                url = part['url']
+                inline = {'data': url} if url.startswith('data:') else {'url': url}
+                filename = part.get('filename') if isinstance(part.get('filename'), str) else None
+                cls = ImagePart if (media_type or '').startswith('image/') else FilePart
+                try:
+                    parts.append(cls.model_validate({'mediaType': media_type, 'filename': filename, **inline}))
+                except ValidationError as exc:
+                    raise ValueError(f'a file part of the newest user message: {exc.errors()[0]["msg"]}') from exc
+        if not parts:
+            raise ValueError('the newest user message has no text or file part: send what the user typed')
+        return parts
+
+
 class ChatIn(_Model):
-    """`POST /threads/{threadId}/chat`: one user message, as `message` or as `content` text."""
+    """`POST /threads/{threadId}/chat`: one user message, as `message`, as `content` text, or as the AI SDK's chat
+    transport sends it (`messages`: the chat's messages, of which the newest user message is taken)."""
 
     resource_id: Id
     message: MessageIn | None = None
     content: Text | None = None
+    messages: Annotated[list[UiMessageIn], AtMost(MAX_MESSAGES_PER_REQUEST, 'items', 'messages')] | None = Field(
+        default=None,
+        description=(
+            "The AI SDK's `UIMessage`s (`useChat` / `DefaultChatTransport`); only the newest user message is used, "
+            'so a client may send that one alone.'
+        ),
+    )
+    id: str | None = Field(
+        default=None, max_length=1000, description="The AI SDK chat's id (sent by its transport; not used)."
+    )
+    trigger: Literal['submit-message', 'regenerate-message'] | None = Field(
+        default=None,
+        description='Sent by the AI SDK transport. Regenerating a message that was answered returns its stored reply.',
+    )
+    message_id: str | None = Field(
+        default=None, max_length=1000, description='Sent by the AI SDK transport (not used).'
+    )
     read_only: bool = Field(
         default=False, description='Working memory is shown but the Actor cannot change it (this request).'
     )
 
     @model_validator(mode='after')
     def _one_input(self) -> ChatIn:
-        if (self.message is None) == (self.content is None):
-            raise ValueError('send exactly one of `message` or `content`')
+        if sum(x is not None for x in (self.message, self.content, self.messages)) != 1:
+            raise ValueError('send exactly one of `message`, `content` or `messages`')
         if self.content is not None and not self.content.strip():
             raise ValueError('`content` must not be empty: send the text the user typed')
         if self.message is not None and not _has_content(self.message):
             raise ValueError('the chat message has no content: send at least one non-empty part')
         if self.message is not None and self.message.role != 'user':
             raise ValueError("the chat message's role must be 'user'")
+        if self.messages is not None:
+            newest = next((m for m in reversed(self.messages) if m.role == 'user'), None)
+            if newest is None:
+                raise ValueError('`messages` holds no user message: send the message the user just wrote')
+            newest.content_parts()  # refused now, before anything is written
         return self
 
-    def user_message(self, now: datetime) -> Message:
-        """The user's message as a domain message (server id and time where absent)."""
+    def user_message(self, now: datetime, default_id: str | None = None) -> Message:
+        """The user's message as a domain message (`default_id`, else a new server id, and the time, where absent)."""
+        if self.messages is not None:
+            newest = next(m for m in reversed(self.messages) if m.role == 'user')
+            return newest.to_message(now)
         incoming = self.message or MessageIn(role='user', content=self.content)
-        return incoming.to_message(now)
+        return incoming.to_message(now, default_id)
 
 
 class AttachmentIn(_Model):

@@ -7,19 +7,22 @@ refused request writes nothing. A thread of another resource reads as missing (4
 
 from __future__ import annotations
 
+import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponseContentModel, OpenAPIResponseContentSchema
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 from aws_lambda_powertools.metrics import MetricUnit
 
 from functions import _wiring
 from functions._observability import logger, metrics, record_parts_metrics
-from functions.api import auth
+from functions.api import auth, streaming
+from functions.api.errors import ApiError
 from functions.api.models import (
     ChatIn,
     ChatOut,
@@ -39,6 +42,7 @@ from om_lib.ids import Id
 from om_lib.llm import FunctionDeclaration
 from om_lib.messages import Message
 from om_lib.records import Thread
+from om_lib.service import ChatListener, ChatResult
 
 router = APIGatewayRouter()  # type: ignore[no-untyped-call]  # Powertools leaves __init__ unannotated
 
@@ -82,6 +86,34 @@ def authorize(resource_id: str) -> None:
     auth.require_owner(caller, resource_id)
 
 
+# `Idempotency-Key` (the IETF draft's header): printable ASCII, as the draft's examples; its hash names what it names.
+IDEMPOTENCY_KEY = 'Idempotency-Key'
+_MAX_IDEMPOTENCY_KEY = 255
+
+
+def idempotent_ids(route: str, resource_id: str, thread_id: str) -> Callable[[int], str | None]:
+    """Server ids for the request's messages that came without one: derived from the `Idempotency-Key` header when
+    the request has one (a retry with the same key stores nothing twice), else None (new ids)."""
+    key = router.current_event.headers.get(IDEMPOTENCY_KEY)
+    if key is None:
+        return lambda index: None
+    if not key or len(key) > _MAX_IDEMPOTENCY_KEY or not key.isascii() or not key.isprintable():
+        detail = {'location': 'header', 'field': IDEMPOTENCY_KEY, 'type': 'invalid_header', 'message': 'invalid'}
+        raise ApiError(
+            422,
+            'invalid_input',
+            f'the {IDEMPOTENCY_KEY} header must be 1-{_MAX_IDEMPOTENCY_KEY} printable ASCII characters '
+            '(a UUID is a good choice)',
+            [detail],
+        )
+
+    def derived(index: int) -> str:
+        digest = hashlib.sha256(f'{route}\x00{resource_id}\x00{thread_id}\x00{key}\x00{index}'.encode()).hexdigest()
+        return f'msg_{digest[:32]}'
+
+    return derived
+
+
 def _messages_json(messages: list[Message] | tuple[Message, ...]) -> list[dict[str, Any]]:
     return [message_json(m) for m in messages]
 
@@ -106,10 +138,11 @@ def post_steps(threadId: ThreadId, body: Annotated[StepsIn, Body()]) -> Response
     service = _wiring.service()
     now = service.now()
     started = time.perf_counter()
+    ids = idempotent_ids('steps', body.resource_id, threadId)
     step = service.step(
         body.resource_id,
         threadId,
-        [m.to_message(now) for m in body.messages],
+        [m.to_message(now, ids(i)) for i, m in enumerate(body.messages)],
         step_number=body.step_number,
         read_only=body.read_only,
     )
@@ -148,33 +181,100 @@ def post_turns(threadId: ThreadId, body: Annotated[TurnsIn, Body()]) -> Response
     check_part_urls(body.resource_id, ((f'messages[{i}]', m) for i, m in enumerate(body.messages)))
     service = _wiring.service()
     now = service.now()
-    turn = service.turn(body.resource_id, threadId, [m.to_message(now) for m in body.messages])
+    ids = idempotent_ids('turns', body.resource_id, threadId)
+    turn = service.turn(body.resource_id, threadId, [m.to_message(now, ids(i)) for i, m in enumerate(body.messages)])
     parts = turn.parts.to_json()
     record_parts_metrics(turn.parts.made_here())
     logger.info('turn', extra={'thread_id': threadId, 'saved': len(turn.saved), 'scheduled': turn.scheduled})
     return json_response({'saved': [m.id for m in turn.saved], 'parts': parts})
 
 
+_STREAM_DESCRIPTION = (
+    'The AI SDK UI message stream (protocol v1, header `x-vercel-ai-ui-message-stream: v1`): server-sent events '
+    '`data: <chunk JSON>`, in order `start` (the reply id), the `data-om-*` parts as they happen (`data-om-status` '
+    'first, observation-start before the Observer call and -end/-failed after it), `start-step`, `text-start`/'
+    '`text-delta`/'
+    '`text-end`, tool chunks for tools the server ran, `finish-step`, the parts the turn queued, an `error` chunk '
+    '(`errorText`, `code`) when the Actor failed, `finish`, then `data: [DONE]`.'
+)
+# Each server-sent event: its `data` is one chunk's JSON (or `[DONE]`, the last).
+_SSE_EVENT = {
+    'type': 'object',
+    'description': _STREAM_DESCRIPTION,
+    'properties': {'data': {'type': 'string', 'description': 'One chunk as JSON, or `[DONE]` (the last event).'}},
+    'required': ['data'],
+}
+_SSE: dict[str, OpenAPIResponseContentSchema | OpenAPIResponseContentModel] = {
+    'text/event-stream': {'schema': _SSE_EVENT}
+}
+_CHAT_DESCRIPTION = (
+    'When the Actor model fails after the user message was saved, the answer is still 200: `reply` is null and '
+    '`parts` holds a `data-om-actor-failed` part. Retry with the same message id: a message is answered once, so a '
+    'retry of an answered message returns its stored reply (no model call, nothing stored twice), and one sent while '
+    'another request is answering it waits for that reply or gets 409 `in_progress`. The body may also be what the '
+    "AI SDK's `DefaultChatTransport` sends (`{id, messages, trigger, messageId}` plus `resourceId`): the newest user "
+    'message is taken.'
+)
+
+
 @router.post(
     '/threads/<threadId>/chat',
     summary='Send a user message and get the Actor’s reply (steps + Actor + turns in one call)',
-    description=(
-        'When the Actor model fails after the user message was saved, the answer is still 200: `reply` is null and '
-        '`parts` holds a `data-om-actor-failed` part. Retry with the same message id.'
-    ),
-    responses={**_ok(ChatOut), **_errors(*_COMMON, 404, 409)},
+    description=_CHAT_DESCRIPTION
+    + ' With `Accept: text/event-stream`, or a body of the AI SDK’s shape (`messages`), the answer is streamed as at '
+    '`/chat/stream`.',
+    responses={
+        200: {'description': 'OK', 'content': {'application/json': {'model': ChatOut}, **_SSE}},
+        **_errors(*_COMMON, 404, 409),
+    },
     tags=['conversation'],
 )
 def post_chat(threadId: ThreadId, body: Annotated[ChatIn, Body()]) -> Response[Any]:
+    # The AI SDK's transport sends `messages` and reads a stream (without asking for one in Accept).
+    accept = router.current_event.headers.get('accept') or ''
+    return _chat(threadId, body, stream=streaming.EVENT_STREAM in accept.lower() or body.messages is not None)
+
+
+@router.post(
+    '/threads/<threadId>/chat/stream',
+    summary='Send a user message and stream the turn (the AI SDK UI message stream)',
+    description=_CHAT_DESCRIPTION,
+    responses={200: {'description': 'The turn, as it happens', 'content': _SSE}, **_errors(*_COMMON, 404, 409)},
+    tags=['conversation'],
+)
+def post_chat_stream(threadId: ThreadId, body: Annotated[ChatIn, Body()]) -> Response[Any]:
+    return _chat(threadId, body, stream=True)
+
+
+def _chat(thread_id: str, body: ChatIn, *, stream: bool) -> Response[Any]:
     authorize(body.resource_id)
     check_part_urls(body.resource_id, [('message', body.message)] if body.message is not None else [])
     service = _wiring.service()
-    result = service.chat(body.resource_id, threadId, body.user_message(service.now()), read_only=body.read_only)
-    parts = result.parts.to_json()
+    message = body.user_message(service.now(), idempotent_ids('chat', body.resource_id, thread_id)(0))
+
+    def run(listener: ChatListener | None) -> ChatResult:
+        return service.chat(body.resource_id, thread_id, message, read_only=body.read_only, listener=listener)
+
+    if not stream:
+        result = run(None)
+        _chat_done(thread_id, result)
+        return json_response(
+            {'reply': message_json(result.reply) if result.reply is not None else None, 'parts': result.parts.to_json()}
+        )
+    # Errors before the turn began (nothing written) are raised here and answered with their status, like any route.
+    chat = streaming.ChatStream(run, on_done=lambda result: _chat_done(thread_id, result)).start()
+    streaming.hand_over(chat)
+    headers = {k: v for k, v in streaming.STREAM_HEADERS.items() if k != 'Content-Type'}
+    return Response(status_code=200, content_type=streaming.EVENT_STREAM, body='', headers=headers)
+
+
+def _chat_done(thread_id: str, result: ChatResult) -> None:
     record_parts_metrics(result.parts.made_here())
     metrics.add_metric(name='ModelCalls', unit=MetricUnit.Count, value=result.actor_calls)
-    logger.info('chat', extra={'thread_id': threadId, 'replied': result.reply is not None})
-    return json_response({'reply': message_json(result.reply) if result.reply is not None else None, 'parts': parts})
+    logger.info(
+        'chat',
+        extra={'thread_id': thread_id, 'replied': result.reply is not None, 'replayed': result.replayed},
+    )
 
 
 # -- memory and messages ------------------------------------------------------------------------------------------

@@ -1,5 +1,14 @@
-"""MemoryApi: the REST API (one Lambda proxy integration for every route), authenticated by default, throttled, traced,
-behind a WAF web ACL, with JSON access logs and API Gateway's own errors in the service's error shape."""
+"""MemoryApi: the REST API (Lambda proxy integrations), authenticated by default, throttled, traced, behind a WAF web
+ACL, with JSON access logs and API Gateway's own errors in the service's error shape.
+
+Every route goes to the API function, except the chat turns (`POST /threads/{threadId}/chat` and `.../chat/stream`),
+which go to the chat stream function through API Gateway's response streaming (`responseTransferMode: STREAM`): the
+answer reaches the client as the function writes it. The authorizer, the WAF, the body limit and the throttling are
+the API's and the stage's, so they stand in front of the streamed routes exactly as in front of the others.
+
+Streamed answers: at most `stream_timeout` (the integration timeout; the function's timeout is the same), and API
+Gateway closes a stream idle for 5 minutes (regional endpoint; the turn sends parts well within that).
+"""
 
 from __future__ import annotations
 
@@ -90,6 +99,8 @@ class MemoryApi(Construct):
         construct_id: str,
         *,
         handler: lambda_.IFunction,
+        stream_handler: lambda_.IFunction,
+        stream_timeout: Duration,
         auth: ApiAuth,
         stage_name: str,
         rate_limit: float,
@@ -146,8 +157,9 @@ class MemoryApi(Construct):
         integration = apigw.LambdaIntegration(handler, proxy=True, allow_test_invoke=False)
         self.api.root.add_method('ANY', integration)
         proxy = self.api.root.add_proxy(default_integration=integration, any_method=True)
+        chat_resources = self._route_chat_stream(integration, stream_handler, stream_timeout)
         if self.allowed_origins:
-            self._build_cors_preflight([self.api.root, proxy])
+            self._build_cors_preflight([self.api.root, proxy, *chat_resources])
         self._build_gateway_responses()
         self.firewall = ApiFirewall(
             self,
@@ -159,6 +171,34 @@ class MemoryApi(Construct):
         )
         self.usage_plan = self._build_usage_plan() if self.api_keys else None
         self._acknowledge_findings()
+
+    def _route_chat_stream(
+        self, buffered: apigw.LambdaIntegration, stream_handler: lambda_.IFunction, timeout: Duration
+    ) -> list[apigw.IResource]:
+        """`POST /threads/{threadId}/chat` and `/chat/stream` → the chat stream function, streamed.
+
+        API Gateway routes a request by the most specific resource and does not fall back to the root's greedy proxy,
+        so every level on the way to the chat resources sends its other methods and paths to the API function.
+        Returns the resources it made (each needs its own CORS preflight).
+        """
+        self.stream_integration = apigw.LambdaIntegration(
+            stream_handler,
+            proxy=True,
+            allow_test_invoke=False,
+            response_transfer_mode=apigw.ResponseTransferMode.STREAM,
+            timeout=timeout,
+        )
+        threads = self.api.root.add_resource('threads')
+        thread = threads.add_resource('{threadId}')
+        chat = thread.add_resource('chat')
+        stream = chat.add_resource('stream')
+        for resource in (threads, thread, chat, stream):
+            resource.add_method('ANY', buffered)
+        proxies = [
+            resource.add_proxy(default_integration=buffered, any_method=True) for resource in (thread, chat, stream)
+        ]
+        self.chat_methods = [resource.add_method('POST', self.stream_integration) for resource in (chat, stream)]
+        return [threads, thread, chat, stream, *proxies]
 
     def _build_usage_plan(self) -> apigw.UsagePlan:
         plan = self.api.add_usage_plan(

@@ -21,8 +21,9 @@ Bedrock ARNs, never `*` (`bedrock_resources`, pure, so the rule is tested on pla
 * an application-inference-profile ARN → the profile, plus whatever foundation model it wraps, only through it;
 * any other ARN (provisioned throughput, custom or imported model) → that ARN.
 
-`bedrock:InvokeModel` is the only action: Converse and InvokeModel both authorise with it (Bedrock has no separate
-`bedrock:Converse` action), and nothing here streams.
+`bedrock:InvokeModel` authorises Converse and InvokeModel (Bedrock has no separate `bedrock:Converse` action);
+ConverseStream needs `bedrock:InvokeModelWithResponseStream`, granted only for the roles a function streams
+(`FunctionAccess.streamed_roles`: the chat stream's Actor).
 
 A provider added to `om_lib.config.KNOWN_PROVIDERS` must get a branch in `grant` (synth refuses a configuration naming
 one that has none).
@@ -56,6 +57,7 @@ KEY_PROVIDERS: Mapping[str, tuple[str, str]] = {
 GRANTED_PROVIDERS = frozenset({'bedrock', 'offline', *KEY_PROVIDERS})
 
 BEDROCK_INVOKE_ACTIONS = ('bedrock:InvokeModel',)
+BEDROCK_STREAM_ACTIONS = ('bedrock:InvokeModelWithResponseStream',)
 # The condition key that says which inference profile a foundation-model call came through.
 INFERENCE_PROFILE_CONDITION = 'bedrock:InferenceProfileArn'
 
@@ -239,11 +241,15 @@ class ModelAccess(Construct):
         """The OpenAI key's secret, when an `openai/` model is configured."""
         return self.secrets.get('openai')
 
-    def grant(self, function: ServiceFunction, roles: Iterable[str]) -> frozenset[str]:
-        """Give `function` what calling its roles' models takes; returns their providers."""
+    def grant(self, function: ServiceFunction, roles: Iterable[str], streamed: Iterable[str] = ()) -> frozenset[str]:
+        """Give `function` what calling its roles' models takes (and streaming the `streamed` roles' answers); returns
+        their providers."""
         refs = _models_of(roles, self.models)
         grants = model_grants(refs, self.arns)
         self._grant_bedrock(function, grants)
+        self._grant_bedrock(
+            function, model_grants(_models_of(streamed, self.models), self.arns), BEDROCK_STREAM_ACTIONS
+        )
         readable = [self.secrets[provider] for provider in sorted(grants.secrets)]
         for provider in sorted(grants.secrets):
             self.secrets[provider].grant_read(function.role)
@@ -258,15 +264,15 @@ class ModelAccess(Construct):
             function.function.add_environment('OPENAI_BASE_URL', self.openai_base_url)
         return frozenset(ref.provider for ref in refs)
 
-    def _grant_bedrock(self, function: ServiceFunction, grants: ModelGrants) -> None:
+    def _grant_bedrock(
+        self, function: ServiceFunction, grants: ModelGrants, actions: tuple[str, ...] = BEDROCK_INVOKE_ACTIONS
+    ) -> None:
         if grants.bedrock:
-            function.role.add_to_policy(
-                iam.PolicyStatement(actions=list(BEDROCK_INVOKE_ACTIONS), resources=list(grants.bedrock))
-            )
+            function.role.add_to_policy(iam.PolicyStatement(actions=list(actions), resources=list(grants.bedrock)))
         for profile, models in grants.bedrock_via_profile.items():
             function.role.add_to_policy(
                 iam.PolicyStatement(
-                    actions=list(BEDROCK_INVOKE_ACTIONS),
+                    actions=list(actions),
                     resources=list(models),
                     conditions={'StringEquals': {INFERENCE_PROFILE_CONDITION: profile}},
                 )

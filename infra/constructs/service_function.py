@@ -48,6 +48,7 @@ class ServiceFunction(Construct):
         key: MemoryKey,
         removal_policy: RemovalPolicy,
         reserved_concurrency: int | None = None,
+        snap_start: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         # The asset's wheels are built for LAMBDA_PYTHON_VERSION/LAMBDA_ARCHITECTURE: the function must match them.
@@ -78,7 +79,7 @@ class ServiceFunction(Construct):
             application_log_level_v2=lambda_.ApplicationLogLevel.INFO,
             system_log_level_v2=lambda_.SystemLogLevel.WARN,
             log_group=self.log_group,
-            snap_start=self.SNAP_START,
+            snap_start=self.SNAP_START if snap_start else None,
             tracing=self.TRACING,
             reserved_concurrent_executions=reserved_concurrency,
         )
@@ -96,9 +97,10 @@ class ServiceFunction(Construct):
             'the runtime and the wheels move together, deliberately.',
         )
         self.alias = lambda_.Alias(self, 'Alias', alias_name=LAMBDA_ALIAS, version=self.function.current_version)
-        Annotations.of(self.function).acknowledge_warning(
-            '@aws-cdk/aws-lambda:snapStartRequirePublish', 'Every deployment publishes a version behind the alias.'
-        )
+        if snap_start:
+            Annotations.of(self.function).acknowledge_warning(
+                '@aws-cdk/aws-lambda:snapStartRequirePublish', 'Every deployment publishes a version behind the alias.'
+            )
 
     def _build_role(self) -> iam.Role:
         # No AWSLambdaBasicExecutionRole: it may write to every log group. This role writes to its own only.

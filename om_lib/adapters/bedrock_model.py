@@ -32,6 +32,7 @@ from om_lib.errors import (
     ModelUnavailableError,
 )
 from om_lib.llm import Content, FunctionCall, FunctionResponse, InlineBlob, ModelRequest, ModelResponse, Usage
+from om_lib.ports import TextSink
 
 if TYPE_CHECKING:
     from mypy_boto3_bedrock_runtime import BedrockRuntimeClient
@@ -48,6 +49,7 @@ _TRANSIENT_CODES = frozenset(
         'ModelNotReadyException',
         'ModelErrorException',
         'ServiceQuotaExceededException',
+        'ModelStreamErrorException',  # ConverseStream only: the model failed mid-answer
     }
 )
 # Of those, the account's rate limit or quota (429 and its quota twin): ModelThrottledError, waited on longer.
@@ -264,6 +266,52 @@ class BedrockLanguageModel:
             response = client.converse(**kwargs)
         return converse_response(response, model_id)
 
+    def stream(self, model_id: str, request: ModelRequest, *, timeout_s: float, on_text: TextSink) -> ModelResponse:
+        """`generate` over ConverseStream: each text delta goes to `on_text` as it arrives; the events are then read as
+        one Converse answer (same checks, same errors). Needs `bedrock:InvokeModelWithResponseStream`."""
+        if timeout_s <= 0:
+            raise DeadlineExceededError(f'no time left to call bedrock/{model_id}')
+        kwargs = converse_request(model_id, request)
+        if not kwargs['messages']:
+            raise ModelRequestError(f'nothing to send to bedrock/{model_id}: the request has no content')
+        kwargs[READ_TIMEOUT_PARAM] = timeout_s
+        client = self.client()
+        blocks: dict[int, dict[str, Any]] = {}
+        tool_input: dict[int, list[str]] = {}
+        whole: dict[str, Any] = {}
+        with map_bedrock_errors(model_id, self.region):
+            response = client.converse_stream(**kwargs)
+            for event in response['stream']:
+                if 'contentBlockStart' in event:
+                    start = event['contentBlockStart']
+                    use = (start.get('start') or {}).get('toolUse')
+                    if use is not None:
+                        blocks[start['contentBlockIndex']] = {'toolUse': {**use, 'input': {}}}
+                elif 'contentBlockDelta' in event:
+                    index, delta = event['contentBlockDelta']['contentBlockIndex'], event['contentBlockDelta']['delta']
+                    if 'text' in delta:
+                        block = blocks.setdefault(index, {'text': ''})
+                        block['text'] = block.get('text', '') + delta['text']
+                        on_text(delta['text'])
+                    elif 'toolUse' in delta:
+                        tool_input.setdefault(index, []).append(delta['toolUse'].get('input') or '')
+                elif 'messageStop' in event:
+                    whole['stopReason'] = event['messageStop'].get('stopReason')
+                elif 'metadata' in event:
+                    whole['usage'] = event['metadata'].get('usage') or {}
+        if 'stopReason' not in whole:
+            raise ModelUnavailableError(f'the answer from bedrock/{model_id} broke off before it was finished')
+        for index, pieces in tool_input.items():
+            use = blocks.setdefault(index, {'toolUse': {'input': {}}})['toolUse']
+            try:
+                use['input'] = json.loads(''.join(pieces) or '{}')
+            except json.JSONDecodeError as exc:
+                raise ModelOutputError(
+                    f'bedrock/{model_id} sent malformed tool input', finish_reason='malformed'
+                ) from exc
+        whole['output'] = {'message': {'role': 'assistant', 'content': [blocks[i] for i in sorted(blocks)]}}
+        return converse_response(whole, model_id)
+
 
 def _install_timeout_hook(client: Any) -> None:
     client.meta.events.register(
@@ -432,6 +480,8 @@ def map_bedrock_errors(model_id: str, region: str) -> Iterator[None]:
     except sdk.client_error as exc:
         error = getattr(exc, 'response', {}) or {}
         code = str((error.get('Error') or {}).get('Code', ''))
+        # An exception inside a ConverseStream names its type in lower camel case (`throttlingException`).
+        code = code[:1].upper() + code[1:]
         reason = str((error.get('Error') or {}).get('Message', '')).rstrip('. ') or code
         metadata = error.get('ResponseMetadata') or {}
         status = metadata.get('HTTPStatusCode')

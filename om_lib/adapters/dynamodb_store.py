@@ -73,6 +73,8 @@ OMGEN = 'OMGEN#'
 FAIL = 'FAIL#'  # a kept failure (recentFailures), in the thread's or the resource's partition
 FAILURE_TTL = timedelta(days=30)
 WM = 'WM'  # working memory: in the thread partition (thread scope) or the resource partition (resource scope)
+TURN = 'TURN#'  # a claim on answering a user message (chat), in the thread's partition, with a TTL
+TURN_CLAIM_TTL = timedelta(days=1)  # past its lease a claim is dead; TTL removes what a crash left behind
 
 # OM record fields that can grow without bound. They travel together as one JSON document (`om_big`), inline while
 # small and in S3 above `inline_head_max_bytes`; everything else (`om_small`) is a few hundred bytes. Lease changes
@@ -1030,6 +1032,50 @@ class DynamoMemoryStore:
             with aws_errors():
                 raise
         return stored
+
+    def claim_turn(
+        self, resource_id: str, thread_id: str, message_id: str, *, owner: str, now: datetime, lease: timedelta
+    ) -> datetime | None:
+        """See `MemoryStore.claim_turn`: one conditional PutItem (free, expired, or ours), else a read of the holder."""
+        key = _key(_thread_pk(resource_id, thread_id), TURN + message_id)
+        until = now + lease
+        try:
+            self.ddb.put_item(
+                TableName=self.table_name,
+                Item={
+                    **key,
+                    'owner': _s(owner),
+                    'lease_until': _n(int(until.timestamp() * 1000)),
+                    schema.TTL_ATTRIBUTE: _n(int((until + TURN_CLAIM_TTL).timestamp())),
+                },
+                ConditionExpression='attribute_not_exists(#pk) OR lease_until < :now OR #owner = :owner',
+                ExpressionAttributeNames={'#pk': schema.PK, '#owner': 'owner'},
+                ExpressionAttributeValues={':now': _n(int(now.timestamp() * 1000)), ':owner': _s(owner)},
+            )
+        except ClientError as exc:
+            if not _is_conditional_failure(exc):
+                with aws_errors():
+                    raise
+            held = self._get(key[schema.PK]['S'], key[schema.SK]['S'])
+            if held is None:  # released between the write and the read: free now, but let the caller ask again
+                return now
+            return datetime.fromtimestamp(_int(held, 'lease_until') / 1000, tz=UTC)
+        return None
+
+    def release_turn(self, resource_id: str, thread_id: str, message_id: str, *, owner: str) -> None:
+        """See `MemoryStore.release_turn`."""
+        try:
+            self.ddb.delete_item(
+                TableName=self.table_name,
+                Key=_key(_thread_pk(resource_id, thread_id), TURN + message_id),
+                ConditionExpression='#owner = :owner',
+                ExpressionAttributeNames={'#owner': 'owner'},
+                ExpressionAttributeValues={':owner': _s(owner)},
+            )
+        except ClientError as exc:
+            if not _is_conditional_failure(exc):
+                with aws_errors():
+                    raise
 
     def delete_thread(self, resource_id: str, thread_id: str) -> None:
         """See `MemoryStore.delete_thread`.

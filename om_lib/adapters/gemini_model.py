@@ -33,6 +33,7 @@ from om_lib.llm import (
     ModelResponse,
     Usage,
 )
+from om_lib.ports import TextSink
 
 if TYPE_CHECKING:
     from google import genai
@@ -210,6 +211,43 @@ class GeminiLanguageModel:
         with _map_errors(sdk, model_id):
             response = client.models.generate_content(model=model_id, contents=contents, config=config)
         return _to_model_response(response, model_id)
+
+    def stream(self, model_id: str, request: ModelRequest, *, timeout_s: float, on_text: TextSink) -> ModelResponse:
+        """`generate` over `:streamGenerateContent` (server-sent events): each chunk's answer text goes to `on_text` as
+        it arrives; the chunks are then read as one answer (same checks, same errors as `generate`)."""
+        if timeout_s <= 0:
+            raise DeadlineExceededError(f'no time left to call {model_id}')
+        sdk = _sdk()
+        client = self.client()
+        config = self._config(sdk, model_id, request, timeout_s)
+        contents = [_to_content(sdk, content) for content in request.contents]
+        if not any(content.parts for content in contents):
+            raise ModelRequestError(f'nothing to send to {model_id}: the request has no content', model=model_id)
+        parts: list[Any] = []
+        finish_reason: Any = None
+        usage: Any = None
+        feedback: Any = None
+        with _map_errors(sdk, model_id):
+            for chunk in client.models.generate_content_stream(model=model_id, contents=contents, config=config):
+                feedback = chunk.prompt_feedback or feedback
+                usage = chunk.usage_metadata or usage
+                if not chunk.candidates:
+                    continue
+                candidate = chunk.candidates[0]
+                finish_reason = candidate.finish_reason or finish_reason
+                for part in (candidate.content.parts if candidate.content is not None else None) or []:
+                    parts.append(part)
+                    if part.text and not part.thought:
+                        on_text(part.text)
+        if parts and finish_reason is None:
+            # Gemini ends every stream with a finish reason: without one the connection broke off mid-answer.
+            raise ModelUnavailableError(f'the answer from {model_id} broke off before it was finished')
+        types = sdk.types
+        candidates = [types.Candidate(content=types.Content(role='model', parts=parts), finish_reason=finish_reason)]
+        whole = types.GenerateContentResponse(
+            candidates=candidates if parts or finish_reason else [], usage_metadata=usage, prompt_feedback=feedback
+        )
+        return _to_model_response(whole, model_id)
 
     def client(self) -> genai.Client:
         """The google-genai client for the current key (the embedder shares it)."""

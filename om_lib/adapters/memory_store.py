@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from om_lib.errors import (
@@ -51,6 +51,8 @@ class InMemoryStore:
         self._working: dict[tuple[str, str | None], WorkingMemoryRecord] = {}
         # (resource id, thread id or None for resource scope) -> failures, newest last (bounded).
         self._failures: dict[tuple[str, str | None], deque[FailureNote]] = {}
+        # (resource id, thread id, user message id) -> (owner, lease end): who is answering that message.
+        self._turn_claims: dict[tuple[str, str, str], tuple[str, datetime]] = {}
 
     # -- threads and messages -------------------------------------------------------------------------------------
     def append_messages(
@@ -285,11 +287,32 @@ class InMemoryStore:
                 self._records[key] = [r for r in kept[:-1] if r.generation not in doomed] + [kept[-1]]
 
     # -- erase ----------------------------------------------------------------------------------------------------
+    def claim_turn(
+        self, resource_id: str, thread_id: str, message_id: str, *, owner: str, now: datetime, lease: timedelta
+    ) -> datetime | None:
+        """See `MemoryStore.claim_turn`."""
+        key = (resource_id, thread_id, message_id)
+        with self._lock:
+            held = self._turn_claims.get(key)
+            if held is not None and held[0] != owner and held[1] > now:
+                return held[1]
+            self._turn_claims[key] = (owner, now + lease)
+            return None
+
+    def release_turn(self, resource_id: str, thread_id: str, message_id: str, *, owner: str) -> None:
+        """See `MemoryStore.release_turn`."""
+        key = (resource_id, thread_id, message_id)
+        with self._lock:
+            if self._turn_claims.get(key, ('', None))[0] == owner:
+                del self._turn_claims[key]
+
     def delete_thread(self, resource_id: str, thread_id: str) -> None:
         """Remove a thread, its messages and its thread-scope records; later writes to them are refused."""
         with self._lock:
             if self._threads.pop((resource_id, thread_id), None) is None:
                 raise ThreadNotFoundError(thread_id)
+            for claim in [k for k in self._turn_claims if k[:2] == (resource_id, thread_id)]:
+                del self._turn_claims[claim]
             self._attention.pop((resource_id, thread_id), None)
             self._pending.pop((resource_id, thread_id), None)
             key = f'thread:{resource_id}/{thread_id}'

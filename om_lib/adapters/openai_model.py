@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
 from om_lib.adapters.chat_turns import paired_turns
@@ -27,6 +28,7 @@ from om_lib.errors import (
     ModelUnavailableError,
 )
 from om_lib.llm import Content, FunctionCall, FunctionResponse, InlineBlob, ModelRequest, ModelResponse, Usage
+from om_lib.ports import TextSink
 
 if TYPE_CHECKING:
     import openai
@@ -155,6 +157,53 @@ class OpenAILanguageModel:
         sdk = _sdk()
         with map_openai_errors(sdk, model_id):
             completion = client.chat.completions.create(**kwargs, timeout=timeout_s)
+        return chat_response(completion, model_id)
+
+    def stream(self, model_id: str, request: ModelRequest, *, timeout_s: float, on_text: TextSink) -> ModelResponse:
+        """`generate` with `stream: true` (server-sent chunks): each content delta goes to `on_text` as it arrives; the
+        chunks are then read as one completion (same checks, same errors)."""
+        if timeout_s <= 0:
+            raise DeadlineExceededError(f'no time left to call openai/{model_id}')
+        kwargs = chat_request(model_id, request)
+        if not any(m['role'] != 'system' for m in kwargs['messages']):
+            raise ModelRequestError(f'nothing to send to openai/{model_id}: the request has no content')
+        client = self.client()
+        sdk = _sdk()
+        text: list[str] = []
+        refusal: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        finish_reason: str | None = None
+        usage: Any = None
+        with map_openai_errors(sdk, model_id):
+            chunks = client.chat.completions.create(
+                **kwargs, stream=True, stream_options={'include_usage': True}, timeout=timeout_s
+            )
+            for chunk in chunks:
+                usage = chunk.usage or usage
+                for choice in chunk.choices[:1]:
+                    delta = choice.delta
+                    if delta.content:
+                        text.append(delta.content)
+                        on_text(delta.content)
+                    if getattr(delta, 'refusal', None):
+                        refusal.append(delta.refusal)
+                    for call in delta.tool_calls or []:
+                        slot = calls.setdefault(call.index, {'id': '', 'name': '', 'arguments': ''})
+                        slot['id'] = call.id or slot['id']
+                        if call.function is not None:
+                            slot['name'] += call.function.name or ''
+                            slot['arguments'] += call.function.arguments or ''
+                    finish_reason = choice.finish_reason or finish_reason
+        if finish_reason is None:
+            raise ModelUnavailableError(f'the answer from openai/{model_id} broke off before it was finished')
+        tool_calls = [
+            SimpleNamespace(id=c['id'] or None, function=SimpleNamespace(name=c['name'], arguments=c['arguments']))
+            for _, c in sorted(calls.items())
+        ]
+        message = SimpleNamespace(content=''.join(text), refusal=''.join(refusal) or None, tool_calls=tool_calls)
+        completion = SimpleNamespace(
+            choices=[SimpleNamespace(finish_reason=finish_reason, message=message)], usage=usage
+        )
         return chat_response(completion, model_id)
 
 

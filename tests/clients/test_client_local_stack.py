@@ -146,3 +146,38 @@ def test_async_client_runs_50_concurrent_steps_on_different_threads(stack: Local
     texts = asyncio.run(run())
 
     assert texts == [f'message {n}' for n in range(50)]
+
+
+def test_chat_stream_yields_typed_chunks_sync_and_async(stack: LocalStack, resource_id: str, thread_id: str) -> None:
+    from om_client.streaming import DataChunk, Finish, Start, TextDelta, text_of
+
+    with MemoryClient(stack.url, resource_id=resource_id) as om:
+        question = Message.user('I am Rui, I live in Braga and I cycle to work.')
+        chunks = list(om.chat_stream(thread_id, question))
+        # The turn as it happened: the reply's id first, the memory's status, the text, then the end
+        assert isinstance(chunks[0], Start) and isinstance(chunks[-1], Finish)
+        assert chunks[-1].finish_reason == 'stop'
+        status = next(c for c in chunks if isinstance(c, DataChunk))
+        assert status.type == 'data-om-status' and status.data['windows']['active']['messages']['threshold'] == 400
+        assert sum(isinstance(c, TextDelta) for c in chunks) > 1  # word by word (the offline model streams too)
+        history = om.messages(thread_id).messages
+        assert [m.id for m in history] == [question.id, chunks[0].message_id]
+        assert history[1].text() == text_of(chunks)
+        # The same message again (a retry): the stored reply streams back, nothing is stored twice
+        again = list(om.chat_stream(thread_id, question))
+        assert text_of(again) == text_of(chunks) and len(om.messages(thread_id).messages) == 2
+        # And the JSON route answers that message with the same stored reply
+        assert om.chat(thread_id, question).reply.id == chunks[0].message_id
+
+    async def read_async() -> list[object]:
+        async with AsyncMemoryClient(stack.url, resource_id=resource_id) as client:
+            return [chunk async for chunk in client.chat_stream(thread_id, 'And what do I do on weekends?')]
+
+    streamed = asyncio.run(read_async())
+    assert isinstance(streamed[0], Start) and isinstance(streamed[-1], Finish)
+    assert text_of(streamed)  # type: ignore[arg-type]
+    # An error before the stream began is the error's exception, as for every call
+    with MemoryClient(stack.url, resource_id=resource_id) as om:
+        om.chat(thread_id, Message.user('first', id='fixed-id'))
+        with pytest.raises(MessageConflict):
+            list(om.chat_stream(thread_id, Message.user('changed', id='fixed-id')))

@@ -31,6 +31,7 @@ def every_call() -> list[Call[Any]]:
         calls.step('t1', messages, resource_id=None, step_number=2, read_only=True),
         calls.turn('t1', messages, resource_id=None),
         calls.chat('t1', 'hello', resource_id=None, read_only=False),
+        calls.chat_stream('t1', 'hello', resource_id=None, read_only=False),
         calls.memory('t1', resource_id=None),
         calls.memory_generations('t1', resource_id=None, limit=5),
         calls.messages('t1', resource_id=None, page=1, per_page=50),

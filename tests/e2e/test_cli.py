@@ -402,12 +402,21 @@ def test_cli_chat_escapes_ids_in_paths_and_queries(monkeypatch):
     for name in DROPPED_ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv('AWS_ENDPOINT_URL', raising=False)
-    with LocalStack(port=0, sweep_interval_s=None, workers=False) as stack:
+    config = {'observation': {'messageTokens': 300, 'bufferTokens': False}}
+    with LocalStack(port=0, sweep_interval_s=None, workers=False, config=config) as stack:
         out = io.StringIO()
         # Ids may hold `&`, `+` and `:`, which mean something else in a query string
         chat = Chat(stack.url, 'acme:a&b+c', 'trip+1', out=out)
-        for line in ('I live in Porto.', '/memory', '/threads'):
+        for line in ('I live in Porto. ' + 'I love long walks by the river. ' * 40, '/memory', '/threads'):
             assert chat.handle(line)
+        # No background worker here: the next message's step observes the first turn itself, and says so
+        before = len(out.getvalue())
+        assert chat.handle('Where do I live?')
+        turn = out.getvalue()[before:]
     text = out.getvalue()
     assert "memory of thread 'trip+1'" in text and '  trip+1  updated' in text, text
     assert '[4' not in text, text
+    lines = turn.splitlines()
+    assert lines[0] == '  … observing memory' and lines[1] == '  … observing done', turn
+    assert lines[2].startswith('assistant> ') and lines[-1].startswith('  [memory] messages'), turn
+    assert 'observation:start, observation:end' in lines[-1]

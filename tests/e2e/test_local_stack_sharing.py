@@ -103,7 +103,7 @@ def test_the_local_api_takes_a_burst_of_fifty_clients_without_resets(monkeypatch
             try:
                 with socket.create_connection((host, int(port)), timeout=0.8) as conn:
                     conn.settimeout(30)
-                    conn.sendall(b'GET /health HTTP/1.1\r\nHost: local\r\nConnection: close\r\n\r\n')
+                    conn.sendall(f'GET /health HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n'.encode())
                     return conn.recv(64).split(b'\r\n', 1)[0].decode()
             except OSError as exc:
                 return f'{type(exc).__name__}: {exc}'

@@ -1,4 +1,4 @@
-"""A loopback fake of the Bedrock Runtime API (Converse, and InvokeModel for Titan text embeddings).
+"""A loopback fake of the Bedrock Runtime API (Converse, ConverseStream, and InvokeModel for Titan text embeddings).
 
 It speaks the REST-JSON wire protocol, so the real boto3 `bedrock-runtime` client talks to it unchanged once
 `AWS_ENDPOINT_URL_BEDROCK_RUNTIME` points at it (dummy credentials: the fake reads no signature, but it records that
@@ -9,13 +9,21 @@ the request was SigV4-signed). Errors carry the `X-Amzn-ErrorType` header botoco
         server.script('us.amazon.nova-lite-v1:0', ConverseReply.error('ThrottlingException'), ConverseReply.text('hi'))
         ...
         assert server.converse_requests[-1].system_text.startswith('You are')
+
+ConverseStream (`/model/{modelId}/converse-stream`) answers the same replies in AWS's binary event-stream encoding
+(`application/vnd.amazon.eventstream`: length-prefixed messages with typed headers and CRC32 checksums): messageStart,
+one contentBlockDelta per word of text (tool calls as contentBlockStart + an input delta), contentBlockStop,
+messageStop with the stop reason and metadata with the usage; a scripted error after the stream began is an
+`exception` message (botocore raises it as an EventStreamError), as the service sends throttling mid-stream.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import re
+import struct
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -27,7 +35,7 @@ from urllib.parse import unquote
 from tests.fakes.loopback import EmbedHandler, JsonRequestHandler, LoopbackServer, keyword_embedding, parse_json
 
 # POST /model/<modelId>/converse | /model/<modelId>/invoke; botocore percent-encodes the id (ARNs hold `/` and `:`).
-_ROUTE = re.compile(r'^/model/(?P<model>[^/]+)/(?P<operation>converse|invoke)$')
+_ROUTE = re.compile(r'^/model/(?P<model>[^/]+)/(?P<operation>converse|converse-stream|invoke)$')
 
 # The HTTP status of each error code, as in the service model.
 ERROR_STATUS = {
@@ -142,6 +150,8 @@ class ConverseReply:
     cache_write_tokens: int = 0
     delay_s: float = 0.0
     retry_after: str | None = None
+    chunk_delay_s: float = 0.0
+    stream_error_after: int | None = None  # ConverseStream: an exception event after this many events
 
     @classmethod
     def text(cls, text: str, *, stop_reason: str = 'end_turn', delay_s: float = 0.0, **usage: int) -> ConverseReply:
@@ -183,12 +193,45 @@ class ConverseReply:
             'metrics': {'latencyMs': 1},
         }
 
+    def stream_events(self) -> list[tuple[str, dict[str, Any]]]:
+        """The reply as ConverseStream sends it: (event type, payload) in order."""
+        events: list[tuple[str, dict[str, Any]]] = [('messageStart', {'role': 'assistant'})]
+        for index, block in enumerate(self.content):
+            if 'text' in block:
+                for word in re.findall(r'\s*\S+|\s+$', block['text']):
+                    events.append(('contentBlockDelta', {'contentBlockIndex': index, 'delta': {'text': word}}))
+            elif 'toolUse' in block:
+                use = block['toolUse']
+                start = {'toolUse': {'toolUseId': use['toolUseId'], 'name': use['name']}}
+                events.append(('contentBlockStart', {'contentBlockIndex': index, 'start': start}))
+                delta = {'toolUse': {'input': json.dumps(use.get('input') or {})}}
+                events.append(('contentBlockDelta', {'contentBlockIndex': index, 'delta': delta}))
+            events.append(('contentBlockStop', {'contentBlockIndex': index}))
+        events.append(('messageStop', {'stopReason': self.stop_reason}))
+        body = self.body()
+        events.append(('metadata', {'usage': body['usage'], 'metrics': body['metrics']}))
+        return events
+
+
+def event_stream_message(headers: Mapping[str, str], payload: bytes) -> bytes:
+    """One message of AWS's event-stream encoding: total and header lengths, the prelude's CRC32, string headers
+    (name length, name, type 7, value length, value), the payload, and the message's CRC32."""
+    encoded = b''.join(
+        struct.pack('>B', len(name)) + name.encode() + struct.pack('>BH', 7, len(value.encode())) + value.encode()
+        for name, value in headers.items()
+    )
+    total = 12 + len(encoded) + len(payload) + 4
+    prelude = struct.pack('>II', total, len(encoded))
+    prelude += struct.pack('>I', binascii.crc32(prelude))
+    message = prelude + encoded + payload
+    return message + struct.pack('>I', binascii.crc32(message))
+
 
 @dataclass
 class FakeCall:
     """One entry of the request log."""
 
-    operation: str  # 'converse' | 'invoke'
+    operation: str  # 'converse' | 'converse-stream' | 'invoke'
     model_id: str
     request: ConverseRequest | InvokeRequest
     received_at: float
@@ -272,7 +315,7 @@ def _make_request_handler(fake: FakeBedrock) -> type[BaseHTTPRequestHandler]:
                 return
             model_id = unquote(match['model'])
             headers = self._lower_headers()
-            if match['operation'] == 'converse':
+            if match['operation'] in ('converse', 'converse-stream'):
                 request: ConverseRequest | InvokeRequest = ConverseRequest(model_id, body, headers)
             else:
                 request = InvokeRequest(model_id, body, headers)
@@ -286,6 +329,10 @@ def _make_request_handler(fake: FakeBedrock) -> type[BaseHTTPRequestHandler]:
                 status = ERROR_STATUS.get(reply.error_code, 400)
                 fake._answered(call, status)
                 self._send(status, {'message': reply.error_message}, reply.error_code, retry_after=reply.retry_after)
+            elif isinstance(request, ConverseRequest) and match['operation'] == 'converse-stream':
+                assert reply is not None
+                fake._answered(call, 200)
+                self._stream(reply)
             elif isinstance(request, ConverseRequest):
                 assert reply is not None
                 fake._answered(call, 200)
@@ -293,6 +340,35 @@ def _make_request_handler(fake: FakeBedrock) -> type[BaseHTTPRequestHandler]:
             else:
                 fake._answered(call, 200)
                 self._send(200, fake.embedding(request))
+
+        def _stream(self, reply: ConverseReply) -> None:
+            """The answer as event-stream messages, chunked, one flush per event."""
+            try:
+                self.send_response(200)
+                self.send_header('Content-Type', 'application/vnd.amazon.eventstream')
+                self.send_header('Transfer-Encoding', 'chunked')
+                self.send_header('x-amzn-RequestId', 'fake-request-id')
+                self.end_headers()
+                for index, (kind, payload) in enumerate(reply.stream_events()):
+                    if reply.stream_error_after is not None and index >= reply.stream_error_after:
+                        headers = {
+                            ':message-type': 'exception',
+                            ':exception-type': 'throttlingException',
+                            ':content-type': 'application/json',
+                        }
+                        self._chunk(event_stream_message(headers, json.dumps({'message': 'scripted'}).encode()))
+                        break
+                    if index and reply.chunk_delay_s:
+                        fake._wait(reply.chunk_delay_s)
+                    headers = {':message-type': 'event', ':event-type': kind, ':content-type': 'application/json'}
+                    self._chunk(event_stream_message(headers, json.dumps(payload).encode()))
+                self._chunk(b'')
+            except (BrokenPipeError, ConnectionResetError):
+                return
+
+        def _chunk(self, data: bytes) -> None:
+            self.wfile.write(f'{len(data):x}\r\n'.encode() + data + b'\r\n')
+            self.wfile.flush()
 
         def _send(
             self, status: int, body: dict[str, Any], error_type: str | None = None, *, retry_after: str | None = None

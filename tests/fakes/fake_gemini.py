@@ -3,6 +3,11 @@
 Start it, point the client at it with `fake_gemini_env(server)` (or `base_url=server.url`), script replies per model
 or with a handler, and read `server.calls` to see what the client sent and which model served.
 
+`:streamGenerateContent?alt=sse` answers the same replies as server-sent events, Google's wire format: one `data:`
+event per piece of text (a word with the space before it), each a `GenerateContentResponse` with one candidate, the
+last with the finish reason and the usage; `FakeReply.chunk_delay_s` paces them (a model that streams at a fixed
+rate) and `FakeReply.cut_after` drops the connection after that many events (a stream that breaks off).
+
     with FakeGemini() as server:
         server.script('gemini-2.5-flash', FakeReply.error(503), FakeReply.text('hello'))
         ...
@@ -105,6 +110,8 @@ class FakeReply:
     body: dict[str, Any]
     delay_s: float = 0.0
     headers: Mapping[str, str] = field(default_factory=dict)
+    chunk_delay_s: float = 0.0
+    cut_after: int | None = None
 
     @classmethod
     def text(
@@ -158,6 +165,34 @@ class FakeReply:
         """The same reply, sent after `delay_s` seconds."""
         return replace(self, delay_s=delay_s)
 
+    def paced(self, chunk_delay_s: float) -> FakeReply:
+        """The same reply; streamed, one event every `chunk_delay_s` seconds."""
+        return replace(self, chunk_delay_s=chunk_delay_s)
+
+    def cut(self, after_events: int) -> FakeReply:
+        """The same reply; streamed, the connection drops after `after_events` events."""
+        return replace(self, cut_after=after_events)
+
+    def sse_events(self) -> list[dict[str, Any]]:
+        """The reply as `:streamGenerateContent` sends it: one event per word of text (each other part as it is),
+        the finish reason and the usage on the last one. A body without candidates is one event."""
+        candidates = self.body.get('candidates') or []
+        if not candidates or not (candidates[0].get('content') or {}).get('parts'):
+            return [self.body]
+        candidate = candidates[0]
+        pieces: list[dict[str, Any]] = []
+        for part in candidate['content']['parts']:
+            if 'text' in part and part['text']:
+                words = re.findall(r'\s*\S+|\s+$', part['text'])
+                pieces += [{**part, 'text': word} for word in words]
+            else:
+                pieces.append(part)
+        events = [{'candidates': [{'content': {'role': 'model', 'parts': [piece]}, 'index': 0}]} for piece in pieces]
+        events[-1]['candidates'][0]['finishReason'] = candidate.get('finishReason', 'STOP')
+        events[-1]['usageMetadata'] = self.body.get('usageMetadata', {})
+        events[-1]['modelVersion'] = self.body.get('modelVersion', 'fake')
+        return events
+
 
 def _candidate_body(
     parts: list[dict[str, Any]], finish_reason: str, prompt_tokens: int, output_tokens: int, thought_tokens: int
@@ -187,6 +222,7 @@ class FakeCall:
     answered_at: float | None = None
     status: int | None = None
     client_gone: bool = False
+    events_sent: int = 0
 
 
 Handler = Callable[[FakeRequest], FakeReply]
@@ -248,7 +284,7 @@ class FakeGemini(LoopbackServer[FakeCall, FakeReply]):
         scripted = self._receive(call, request.model)
         if request.method in ('embedContent', 'batchEmbedContents'):
             reply = scripted or self._embed_reply(request)
-        elif request.method == 'generateContent':
+        elif request.method in ('generateContent', 'streamGenerateContent'):
             reply = scripted or self.handler(request)
         else:
             reply = FakeReply.error(404, f'the fake does not implement :{request.method}')
@@ -267,6 +303,10 @@ class FakeGemini(LoopbackServer[FakeCall, FakeReply]):
     def _client_gone(self, call: FakeCall) -> None:
         with self._lock:
             call.client_gone = True
+
+    def _event_sent(self, call: FakeCall) -> None:
+        with self._lock:
+            call.events_sent += 1
 
 
 def _make_request_handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
@@ -292,7 +332,29 @@ def _make_request_handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
             call, reply = fake._reply(request)
             fake._wait(reply.delay_s)
             fake._answered(call, reply.status)
-            if not self._send_json(reply.status, reply.body, reply.headers.items()):
+            if request.method == 'streamGenerateContent' and reply.status == 200:
+                self._stream(call, reply)
+            elif not self._send_json(reply.status, reply.body, reply.headers.items()):
+                fake._client_gone(call)
+
+        def _stream(self, call: FakeCall, reply: FakeReply) -> None:
+            """Server-sent events, as Google sends them (`data: <json>` and a blank line); the connection's end (this
+            handler speaks HTTP/1.0) ends the stream."""
+            try:
+                self.send_response(200)
+                self.send_header('Content-Type', 'text/event-stream')
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                for index, event in enumerate(reply.sse_events()):
+                    if reply.cut_after is not None and index >= reply.cut_after:
+                        return  # the connection closes mid-answer
+                    if index and reply.chunk_delay_s:
+                        fake._wait(reply.chunk_delay_s)
+                    self.wfile.write(b'data: ' + json.dumps(event).encode() + b'\r\n\r\n')
+                    self.wfile.flush()
+                    fake._event_sent(call)
+            except (BrokenPipeError, ConnectionResetError):
                 fake._client_gone(call)
 
     return _Handler

@@ -165,6 +165,7 @@ class ChatReply:
     cached_tokens: int = 0
     delay_s: float = 0.0
     headers: tuple[tuple[str, str], ...] = ()
+    chunk_delay_s: float = 0.0  # streamed: the pause between two chunks (a model that streams at a fixed rate)
 
     @classmethod
     def text(cls, text: str, *, finish_reason: str = 'stop', delay_s: float = 0.0) -> ChatReply:
@@ -202,6 +203,10 @@ class ChatReply:
     def after(self, delay_s: float) -> ChatReply:
         """The same reply, sent after `delay_s` seconds."""
         return replace(self, delay_s=delay_s)
+
+    def paced(self, chunk_delay_s: float) -> ChatReply:
+        """The same reply; streamed, one chunk every `chunk_delay_s` seconds."""
+        return replace(self, chunk_delay_s=chunk_delay_s)
 
 
 @dataclass
@@ -421,19 +426,22 @@ def _make_request_handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                     reply.status, error_body(reply.status, reply.error_message, reply.error_code), reply.headers
                 )
             elif request.stream:
-                self._send_events(fake.chat_chunks(request, reply))
+                self._send_events(fake.chat_chunks(request, reply), reply.chunk_delay_s)
             else:
                 self._send_json(200, fake.chat_completion(request, reply))
 
-        def _send_events(self, chunks: Iterator[dict[str, Any]]) -> None:
+        def _send_events(self, chunks: Iterator[dict[str, Any]], chunk_delay_s: float = 0.0) -> None:
             try:
                 self.send_response(HTTPStatus.OK)
                 self.send_header('Content-Type', 'text/event-stream')
                 self.send_header('Cache-Control', 'no-cache')
                 self.send_header('Connection', 'close')  # the stream ends when the connection does
                 self.end_headers()
-                for item in chunks:
+                for index, item in enumerate(chunks):
+                    if index and chunk_delay_s:
+                        fake._wait(chunk_delay_s)
                     self.wfile.write(f'data: {json.dumps(item)}\n\n'.encode())
+                    self.wfile.flush()
                 self.wfile.write(b'data: [DONE]\n\n')
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):

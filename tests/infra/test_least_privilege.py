@@ -33,6 +33,8 @@ OBSERVATIONS = '<observations>\nDate: Mar 3, 2025\n{lines}\n</observations>'
 ACTING_FOR = {'stack:om-queue-poller': 'buffer_worker', 'stack:om-uploads-poller': 'orphan_uploads'}
 FUNCTION_OF_SPEC = {
     'ApiFunction': 'api',
+    # The chat stream function runs the API's handler for the chat routes (the local stack serves them in `api`).
+    'ChatStreamFunction': 'api',
     'BufferWorkerFunction': 'buffer_worker',
     'ReflectionFunction': 'reflection',
     'SweeperFunction': 'sweeper',
@@ -124,6 +126,8 @@ def _converse(stack: Any) -> None:
     assert (
         _call(base, 'POST', f'/threads/{thread}/chat', {'resourceId': resource, 'content': 'What about Maya?'}) == 200
     )
+    streamed = {'resourceId': resource, 'content': 'And Olive?'}
+    assert _call(base, 'POST', f'/threads/{thread}/chat/stream', streamed) == 200
     attachment = {'resourceId': resource, 'threadId': thread, 'filename': 'a.txt', 'mediaType': 'text/plain', 'size': 9}
     assert _call(base, 'POST', '/attachments', attachment) == 201
     assert _call(base, 'POST', f'/threads/{thread}/clone', {'resourceId': resource, 'newThreadId': 't2'}) == 201

@@ -16,6 +16,7 @@ from infra.app import SettingsError, build_app, settings_from_context
 from infra.constants import (
     API_FUNCTION,
     BUFFER_WORKER_FUNCTION,
+    CHAT_STREAM_FUNCTION,
     ORPHAN_UPLOADS_FUNCTION,
     REFLECTION_FUNCTION,
     SWEEPER_FUNCTION,
@@ -230,15 +231,15 @@ def test_an_openai_actor_gets_its_own_secret_read_by_the_api_only() -> None:
             if statement['Action'] == 'secretsmanager:GetSecretValue':
                 readers.setdefault(statement['Resource']['Ref'], set()).add(key.split('Role')[0])
     assert readers == {
-        secrets['OpenAI']: {'ApiFunction'},
-        secrets['Gemini']: {'ApiFunction', 'BufferWorkerFunction', 'ReflectionFunction'},
+        secrets['OpenAI']: {'ApiFunction', 'ChatStreamFunction'},
+        secrets['Gemini']: {'ApiFunction', 'ChatStreamFunction', 'BufferWorkerFunction', 'ReflectionFunction'},
     }
     # And each function's environment names only the keys it may read; the gateway URL goes where OpenAI is called
     for r in resources.values():
         if r['Type'] != 'AWS::Lambda::Function' or not r['Properties']['Handler'].startswith('functions.'):
             continue
         env = r['Properties']['Environment']['Variables']
-        api = r['Properties']['Handler'] == API_FUNCTION.handler
+        api = r['Properties']['Handler'] in (API_FUNCTION.handler, CHAT_STREAM_FUNCTION.handler)  # the Actor's
         assert env.get('OM_OPENAI_SECRET_ARN') == ({'Ref': secrets['OpenAI']} if api else None)
         assert env.get('OPENAI_BASE_URL') == ('https://gw.example.com/v1' if api else None)
         no_model = r['Properties']['Handler'] in (SWEEPER_FUNCTION.handler, ORPHAN_UPLOADS_FUNCTION.handler)
@@ -247,7 +248,7 @@ def test_an_openai_actor_gets_its_own_secret_read_by_the_api_only() -> None:
     # One key-policy statement per reader, however many of the stack's secrets it reads
     (key,) = [r for r in resources.values() if r['Type'] == 'AWS::KMS::Key']
     sids = [st['Sid'] for st in key['Properties']['KeyPolicy']['Statement'] if st['Sid'].endswith('ReadsTheModelKey')]
-    readers_of_gemini = ('ApiFunction', 'BufferWorkerFunction', 'ReflectionFunction')
+    readers_of_gemini = ('ApiFunction', 'ChatStreamFunction', 'BufferWorkerFunction', 'ReflectionFunction')
     assert sorted(sids) == sorted(f'{function}ReadsTheModelKey' for function in readers_of_gemini)
     assert {'OpenAISecretArn', 'GeminiSecretArn'} <= set(template.to_json()['Outputs'])
 

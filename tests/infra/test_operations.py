@@ -224,8 +224,8 @@ def test_failure_alarms_sum_each_reason_over_the_functions_that_report_it(resour
         (reason,) = reasons
         seen[(name, reason)] = services
     expected_reporters = {
-        'ObservationFailures': {'om-api', 'om-buffer-worker'},
-        'ReflectionFailures': {'om-api', 'om-buffer-worker', 'om-reflection'},
+        'ObservationFailures': {'om-api', 'om-chat-stream', 'om-buffer-worker'},
+        'ReflectionFailures': {'om-api', 'om-chat-stream', 'om-buffer-worker', 'om-reflection'},
     }
     assert seen == {(n, r): s for n, s in expected_reporters.items() for r in ALARMED_FAILURE_REASONS}
 

@@ -188,8 +188,8 @@ def test_one_customer_managed_key_with_rotation_encrypts_everything_stored(templ
     queues = of_type(resources, 'AWS::SQS::Queue')
     assert len(queues) == 4 and all(q['KmsMasterKeyId'] == arn for q in queues.values())
     log_groups = of_type(resources, 'AWS::Logs::LogGroup')
-    # Five functions, the state machine's logs and the API's access logs.
-    assert len(log_groups) == 7 and all(g['KmsKeyId'] == arn for g in log_groups.values())
+    # Six functions, the state machine's logs and the API's access logs.
+    assert len(log_groups) == 8 and all(g['KmsKeyId'] == arn for g in log_groups.values())
     (topic,) = of_type(resources, 'AWS::SNS::Topic').values()
     assert topic['KmsMasterKeyId'] == arn
     (secret,) = of_type(resources, 'AWS::SecretsManager::Secret').values()

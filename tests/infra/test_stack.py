@@ -18,6 +18,7 @@ from infra.constants import (
     ALL_FUNCTIONS,
     ASSET_TIKTOKEN_DIR,
     BUFFER_WORKER_FUNCTION,
+    CHAT_STREAM_FUNCTION,
     LAMBDA_ARCHITECTURE,
     LAMBDA_PYTHON_VERSION,
     QUEUE_VISIBILITY_FACTOR,
@@ -220,12 +221,15 @@ def test_gateway_responses_use_the_error_shape_and_json(resources: Resources) ->
 
 def test_every_method_requires_iam_by_default(resources: Resources) -> None:
     methods = of_type(resources, 'AWS::ApiGateway::Method')
-    assert len(methods) == 2  # ANY / and ANY /{proxy+}: one proxy integration for every route
-    alias = _ref(resources, 'AWS::Lambda::Alias', 'ApiFunctionAlias')
-    for method in methods.values():
+    api = _ref(resources, 'AWS::Lambda::Alias', 'ApiFunctionAlias')
+    stream = _ref(resources, 'AWS::Lambda::Alias', 'ChatStreamFunctionAlias')
+    streamed = {key for key, m in methods.items() if stream in json.dumps(m['Integration']['Uri'])}
+    # Every route goes to the API function, but POST on the two chat routes, which stream from their own function
+    assert len(streamed) == 2 and all(methods[key]['HttpMethod'] == 'POST' for key in streamed)
+    for key, method in methods.items():
         assert method['AuthorizationType'] == 'AWS_IAM'
         assert method['Integration']['Type'] == 'AWS_PROXY'
-        assert alias in json.dumps(method['Integration']['Uri'])
+        assert (stream if key in streamed else api) in json.dumps(method['Integration']['Uri'])
     assert all(f['Environment']['Variables']['OM_AUTH_MODE'] == 'iam' for f in _functions(resources).values())
 
 
@@ -240,7 +244,7 @@ def test_the_inspector_page_is_served_only_when_asked_for_and_behind_the_same_au
     serving = [key for key, f in _functions(variant).items() if env(f).get('OM_INSPECTOR') == 'true']
     assert serving == [_ref(variant, 'AWS::Lambda::Function', 'ApiFunction')]
     methods = [m for m in of_type(variant, 'AWS::ApiGateway::Method').values() if m['HttpMethod'] != 'OPTIONS']
-    assert len(methods) == 2 and all(m['AuthorizationType'] == 'AWS_IAM' for m in methods)
+    assert methods and all(m['AuthorizationType'] == 'AWS_IAM' for m in methods)
     with pytest.raises(SettingsError, match='inspector must be true or false'):
         settings_from_context({'inspector': 'maybe'})
 
@@ -252,16 +256,19 @@ def test_allowed_origins_reach_the_api_function_and_get_preflights_at_the_gatewa
     # By default: no origin but the API's own may write, and nothing answers a preflight
     assert not any('OM_ALLOWED_ORIGINS' in env(f) for f in _functions(resources).values())
     assert not [m for m in of_type(resources, 'AWS::ApiGateway::Method').values() if m['HttpMethod'] == 'OPTIONS']
-    # With -c allowedOrigins=...: the API function (only) gets the list ...
+    # With -c allowedOrigins=...: the two functions behind the API (only) get the list ...
     allowing = {
         key: env(f)['OM_ALLOWED_ORIGINS'] for key, f in _functions(variant).items() if 'OM_ALLOWED_ORIGINS' in env(f)
     }
+    origins = 'https://app.example.com,http://localhost:5173'
     assert allowing == {
-        _ref(variant, 'AWS::Lambda::Function', 'ApiFunction'): 'https://app.example.com,http://localhost:5173'
+        _ref(variant, 'AWS::Lambda::Function', 'ApiFunction'): origins,
+        _ref(variant, 'AWS::Lambda::Function', 'ChatStreamFunction'): origins,
     }
     # ... and the gateway answers the preflights of exactly those origins, on every path, with no credentials needed
     preflights = [m for m in of_type(variant, 'AWS::ApiGateway::Method').values() if m['HttpMethod'] == 'OPTIONS']
-    assert len(preflights) == 2
+    resources_ = of_type(variant, 'AWS::ApiGateway::Resource')
+    assert len(preflights) == 1 + len(resources_)  # the root and every resource under it
     for method in preflights:
         assert method['AuthorizationType'] == 'NONE' and method['ApiKeyRequired'] is False
         assert method['Integration']['Type'] == 'MOCK'
@@ -354,7 +361,7 @@ def test_gemini_key_is_a_secret_referenced_by_arn(resources: Resources) -> None:
         assert env.get('OM_GEMINI_SECRET_ARN') == ({'Ref': secret_id} if function['Handler'] in callers else None)
         assert not {'GEMINI_API_KEY', 'GOOGLE_API_KEY'} & set(env)
     readers = [s for s in _statements(resources) if s['Action'] == 'secretsmanager:GetSecretValue']
-    assert len(readers) == len(callers) == 3
+    assert len(readers) == len(callers) == 4  # the API, the chat stream, the buffer worker, the reflection tasks
     assert all(s['Resource'] == {'Ref': secret_id} for s in readers)
 
 
@@ -364,7 +371,7 @@ def test_an_existing_secret_can_be_imported_by_arn() -> None:
     resources = template.to_json()['Resources']
     assert not of_type(resources, 'AWS::SecretsManager::Secret')
     envs = [f['Environment']['Variables'] for f in _functions(resources).values()]
-    assert sorted(env.get('OM_GEMINI_SECRET_ARN', '') for env in envs) == ['', '', arn, arn, arn]
+    assert sorted(env.get('OM_GEMINI_SECRET_ARN', '') for env in envs) == ['', '', arn, arn, arn, arn]
     readers = [s for s in _statements(resources) if s['Action'] == 'secretsmanager:GetSecretValue']
     assert {s['Resource'] for s in readers} == {arn}
 
@@ -380,7 +387,9 @@ def test_functions_share_runtime_architecture_json_logs_and_snapstart(resources:
         function = by_handler[spec.handler]
         assert function['Runtime'] == f'python{LAMBDA_PYTHON_VERSION}'
         assert function['Architectures'] == [LAMBDA_ARCHITECTURE]
-        assert function['SnapStart'] == {'ApplyOn': 'PublishedVersions'}
+        # SnapStart restores the managed runtime's init; the chat stream runs a runtime of its own (starts cold)
+        snap = None if spec is CHAT_STREAM_FUNCTION else {'ApplyOn': 'PublishedVersions'}
+        assert function.get('SnapStart') == snap
         assert function['LoggingConfig']['LogFormat'] == 'JSON'
         assert (function['MemorySize'], function['Timeout']) == (spec.memory_mb, spec.timeout_s)
         module = spec.handler.rsplit('.', 1)[0]

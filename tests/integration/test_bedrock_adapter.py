@@ -334,3 +334,44 @@ def test_a_bedrock_profile_signs_bedrock_calls_only_and_skips_the_emulator_endpo
     monkeypatch.delenv('AWS_ENDPOINT_URL_BEDROCK_RUNTIME')
     client = BedrockLanguageModel(profile_name='bedrock-dev').client()
     assert client.meta.endpoint_url == 'https://bedrock-runtime.us-east-1.amazonaws.com'
+
+
+# -- ConverseStream (the chat Actor's reply) --------------------------------------------------------------------------
+def test_bedrock_stream_hands_on_text_and_reads_tool_use(server: FakeBedrock, model: BedrockLanguageModel) -> None:
+    # Given ConverseStream answers of three words (paced), then a tool call after some text
+    paced = ConverseReply(content=({'text': 'Hello there friend'},), output_tokens=4, chunk_delay_s=0.05)
+    server.script(NOVA, paced, ConverseReply.tool_use(('recall', {'query': 'x'}), text='Looking'))
+    seen: list[tuple[float, str]] = []
+
+    # When the adapter streams them through the real boto3 event-stream parser
+    response = model.stream(NOVA, request(), timeout_s=10, on_text=lambda d: seen.append((time.monotonic(), d)))
+    calls = model.stream(NOVA, request(tools=(RECALL,)), timeout_s=10, on_text=lambda d: None)
+
+    # Then each word arrived as it was sent, and the whole answers read as Converse answers
+    assert [d for _, d in seen] == ['Hello', ' there', ' friend']
+    assert seen[-1][0] - seen[0][0] >= 0.08
+    assert (response.text, response.finish_reason, response.usage.output_tokens) == (
+        'Hello there friend',
+        'end_turn',
+        4,
+    )
+    assert calls.text == 'Looking'
+    assert [(c.name, c.args, c.id) for c in calls.function_calls] == [('recall', {'query': 'x'}, 'tooluse_recall_0')]
+    assert [c.operation for c in server.calls] == ['converse-stream', 'converse-stream']
+
+
+def test_bedrock_stream_maps_errors_before_and_during_the_stream(
+    server: FakeBedrock, model: BedrockLanguageModel
+) -> None:
+    server.script(
+        NOVA,
+        ConverseReply.error('AccessDeniedException', 'no access'),
+        ConverseReply(content=({'text': 'half an answer here'},), stream_error_after=3),
+    )
+    with pytest.raises(ModelRequestError, match='Model access'):
+        model.stream(NOVA, request(), timeout_s=10, on_text=lambda d: None)
+    seen: list[str] = []
+    # A throttling exception event mid-stream is the throttling it names (transient), after the text it cut.
+    with pytest.raises(ModelThrottledError):
+        model.stream(NOVA, request(), timeout_s=10, on_text=seen.append)
+    assert ''.join(seen) == 'half an'

@@ -251,3 +251,42 @@ def test_dynalite_is_not_aws(store):
     endpoint = store.ddb.meta.endpoint_url
     assert endpoint.startswith('http://127.0.0.1:')
     assert os.environ['AWS_ENDPOINT_URL_S3'].startswith('http://127.0.0.1')
+
+
+def test_concurrent_retries_of_one_chat_message_call_the_actor_once_and_store_one_reply(store):
+    """20 requests for one user message (a client retrying, several tabs): one Actor call, one reply, every request
+    gets that reply."""
+    from om_lib.clock import SystemClock
+    from om_lib.config import OMConfig
+    from om_lib.engine import MemoryEngine
+    from om_lib.model_router import ModelRouter
+    from om_lib.service import MemoryService
+    from om_lib.tokens import TokenCounter
+    from tests.fakes.scripted_model import ScriptedModel
+    from tests.unit.test_api_chat import WordTokenizer
+
+    model = ScriptedModel()
+    calls = threading.Semaphore(0)
+
+    def slow_actor(_: object) -> str:
+        calls.release()
+        threading.Event().wait(0.5)  # long enough for every duplicate to arrive while the first one answers
+        return 'The only reply.'
+
+    model.script('actor', slow_actor, 'A second reply (must never be asked for).')
+    clock = SystemClock()
+    engine = MemoryEngine(
+        OMConfig.model_validate({'model': 'default', 'observation': {'messageTokens': 10_000, 'bufferTokens': False}}),
+        store=store,
+        router=ModelRouter({'google': model}, clock=clock),
+        counter=TokenCounter(WordTokenizer()),
+        clock=clock,
+    )
+    service = MemoryService(engine)
+    results = run_all(20, lambda _: service.chat('r1', 't1', msg('u1', 'Hello there')), list(range(20)))
+    replies = {r.reply.id for r in results if r.reply is not None}
+    assert len(replies) == 1 and all(r.reply is not None and r.reply.text() == 'The only reply.' for r in results)
+    assert len(model.calls_for('actor')) == 1
+    assert sum(not r.replayed for r in results) == 1
+    stored = store.list_messages('r1', 't1').messages
+    assert [(m.id, m.role) for m in stored] == [('u1', 'user'), (replies.pop(), 'assistant')]

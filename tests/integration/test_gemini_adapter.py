@@ -296,3 +296,61 @@ def test_gemini_adapter_rebuilds_its_client_when_the_key_changes(server: FakeGem
     model.generate('gemini-2.5-flash', request(), timeout_s=5)
     model.generate('gemini-2.5-flash', request(), timeout_s=5)
     assert [r.api_key for r in server.requests] == ['placeholder', 'placeholder', 'real-key']
+
+
+# -- streaming (the chat Actor's reply) --------------------------------------------------------------------------------
+def test_gemini_stream_hands_on_text_as_it_arrives(server: FakeGemini, model: GeminiLanguageModel) -> None:
+    # Given the fake streams a thought, then an answer of three words with a function call after them
+    reply = FakeReply.text('Hello there friend', thoughts=('hmm',), output_tokens=4)
+    server.script(MODEL, reply.paced(0.05))
+    seen: list[tuple[float, str]] = []
+
+    # When the adapter streams it
+    response = model.stream(MODEL, request(), timeout_s=10, on_text=lambda d: seen.append((time.monotonic(), d)))
+
+    # Then each word arrived on its own, the thought did not, and the whole answer reads as one
+    assert [d for _, d in seen] == ['Hello', ' there', ' friend']
+    assert seen[-1][0] - seen[0][0] >= 0.08  # as they arrived, not after the last one
+    assert response.text == 'Hello there friend'
+    assert response.finish_reason == 'STOP'
+    assert response.usage.output_tokens == 4
+    (call,) = server.calls
+    assert call.method == 'streamGenerateContent'
+    assert call.events_sent == 4
+
+
+def test_gemini_stream_keeps_function_calls_and_maps_errors(server: FakeGemini, model: GeminiLanguageModel) -> None:
+    server.script(
+        MODEL,
+        FakeReply.function_calls(('recall', {'query': 'x'}), text='Looking'),
+        FakeReply.error(503),
+        FakeReply.text('cut short here').cut(1),
+    )
+    calls = model.stream(MODEL, request(), timeout_s=10, on_text=lambda d: None)
+    assert calls.text == 'Looking'
+    assert [c.name for c in calls.function_calls] == ['recall']
+    with pytest.raises(ModelUnavailableError):
+        model.stream(MODEL, request(), timeout_s=10, on_text=lambda d: None)
+    # A stream that ends without a finish reason broke off: its text is not taken as a whole answer.
+    with pytest.raises(ModelUnavailableError, match='broke off'):
+        model.stream(MODEL, request(), timeout_s=10, on_text=lambda d: None)
+
+
+def test_router_retries_a_stream_only_before_its_first_text(server: FakeGemini, model: GeminiLanguageModel) -> None:
+    clock = SystemClock()
+    router = ModelRouter({'google': model}, clock=clock, sleep=lambda s: None)
+    seen: list[str] = []
+    # Before any text: a 503 is retried. After some text: a broken stream is final.
+    server.script(MODEL, FakeReply.error(503), FakeReply.text('all good'))
+    answer = router.generate(
+        ModelRef('google', MODEL), request(), input_tokens=1, deadline=clock.monotonic() + 10, on_text=seen.append
+    )
+    assert answer.text == 'all good' and ''.join(seen) == 'all good'
+    server.script(MODEL, FakeReply.text('half an answer').cut(2), FakeReply.text('second answer'))
+    seen.clear()
+    with pytest.raises(ModelUnavailableError):
+        router.generate(
+            ModelRef('google', MODEL), request(), input_tokens=1, deadline=clock.monotonic() + 10, on_text=seen.append
+        )
+    assert ''.join(seen) == 'half an'
+    assert server.pending(MODEL) == 1  # not asked again

@@ -235,3 +235,25 @@ def test_openai_embedder_says_which_size_a_fixed_size_model_needs(
     with pytest.raises(ModelOutputError, match='OM_EMBEDDING_DIMENSIONS=8'):
         embedder.embed(['hello'], kind='query', timeout_s=10)
     assert 'dimensions' not in server.embedding_requests[0].body
+
+
+# -- streaming (the chat Actor's reply) --------------------------------------------------------------------------------
+def test_openai_stream_hands_on_text_and_reads_tool_calls(server: FakeOpenAI, model: OpenAILanguageModel) -> None:
+    server.script(
+        ChatReply.text('Hello there, friend').paced(0.05),
+        ChatReply.tool_calls(('recall', {'query': 'x'}), text='Looking'),
+        ChatReply.error(429, 'slow down'),
+    )
+    seen: list[tuple[float, str]] = []
+    response = model.stream(
+        'gpt-4o-mini', request(), timeout_s=10, on_text=lambda d: seen.append((time.monotonic(), d))
+    )
+    assert ''.join(d for _, d in seen) == 'Hello there, friend' and len(seen) == 3
+    assert seen[-1][0] - seen[0][0] >= 0.08  # pieces arrived as they were sent
+    assert (response.text, response.finish_reason, response.usage.output_tokens) == ('Hello there, friend', 'stop', 7)
+    calls = model.stream('gpt-4o-mini', request(tools=(RECALL,)), timeout_s=10, on_text=lambda d: None)
+    assert calls.text == 'Looking' and [(c.name, c.args) for c in calls.function_calls] == [('recall', {'query': 'x'})]
+    with pytest.raises(ModelThrottledError):
+        model.stream('gpt-4o-mini', request(), timeout_s=10, on_text=lambda d: None)
+    assert all(r.stream for r in server.chat_requests)
+    assert server.chat_requests[0].body['stream_options'] == {'include_usage': True}

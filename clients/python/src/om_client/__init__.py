@@ -14,6 +14,7 @@ from om_client.client import AsyncMemoryClient, MemoryClient
 from om_client.errors import (
     APIError,
     ConnectionFailed,
+    InProgress,
     MessageConflict,
     NotFound,
     OMClientError,
@@ -40,6 +41,7 @@ __all__ = [
     'AsyncMemoryClient',
     'BearerAuth',
     'ConnectionFailed',
+    'InProgress',
     'DataPart',
     'FilePart',
     'IAMAuth',

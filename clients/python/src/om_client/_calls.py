@@ -210,9 +210,20 @@ class Calls:
             'message': as_message(message).to_wire(),
             'readOnly': read_only,
         }
-        # Not idempotent: a repeated call after the answer was lost would ask the Actor for a second reply.
+        # Idempotent: the message carries its client-side id, and the server answers a message once (a repeat gets
+        # the stored reply, with no second Actor call).
         path = f'/threads/{_seg("threadId", thread_id)}/chat'
-        return Call('POST', path, _model(ChatResult), body=_clean(body), idempotent=False)
+        return Call('POST', path, _model(ChatResult), body=_clean(body))
+
+    def chat_stream(
+        self, thread_id: str, message: MessageLike, *, resource_id: str | None, read_only: bool | None
+    ) -> Call[None]:
+        body = {
+            'resourceId': self.resource(resource_id),
+            'message': as_message(message).to_wire(),
+            'readOnly': read_only,
+        }
+        return Call('POST', f'/threads/{_seg("threadId", thread_id)}/chat/stream', _none, body=_clean(body))
 
     # -- memory and messages ------------------------------------------------------------------------------------
     def memory(self, thread_id: str, *, resource_id: str | None) -> Call[MemoryStatus]:
@@ -423,6 +434,7 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ('POST', '/threads/{threadId}/steps'),
     ('POST', '/threads/{threadId}/turns'),
     ('POST', '/threads/{threadId}/chat'),
+    ('POST', '/threads/{threadId}/chat/stream'),
     ('GET', '/threads/{threadId}/memory'),
     ('GET', '/threads/{threadId}/memory/generations'),
     ('GET', '/threads/{threadId}/messages'),
@@ -484,13 +496,16 @@ class Request:
     content: bytes | None = None
     headers: Mapping[str, str] | None = None
     upload: bool = False
+    stream: bool = False  # answered with the response as soon as its headers are in (its body is read by the caller)
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments of `httpx.Client.request` / `httpx.AsyncClient.request`."""
         if self.upload:
             return {'content': self.content, 'headers': dict(self.headers or {})}
+        if self.json is None:
+            return {'headers': dict(self.headers)} if self.headers else {}
         # The API refuses a body without `Content-Type: application/json` (415): always say so, whatever httpx does.
-        return {'json': self.json, 'headers': {'Content-Type': 'application/json'}} if self.json is not None else {}
+        return {'json': self.json, 'headers': {'Content-Type': 'application/json', **(self.headers or {})}}
 
 
 @dataclass(frozen=True)
@@ -534,6 +549,36 @@ def exchange(call: Call[T], retries: RetryPolicy, rng: random.Random) -> Flow[T]
             continue
         try:
             return read_answer(call, response, attempt)
+        except APIError as exc:
+            if attempt > retries.max_retries or not retries.retries_status(exc.status or 0, call.idempotent):
+                raise
+            wait = retries.delay(attempt - 1, exc.retry_after, rng=rng)
+        yield Sleep(wait)
+
+
+EVENT_STREAM_HEADERS = {'Accept': 'text/event-stream'}
+
+
+def open_stream(call: Call[Any], retries: RetryPolicy, rng: random.Random) -> Flow[httpx.Response]:
+    """Send a call whose answer streams: the open response once a 2xx arrived (retried per the policy until then:
+    once the stream began, nothing is sent again), or the error's exception."""
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            response = yield Request(
+                call.method, call.target, json=call.body, headers=EVENT_STREAM_HEADERS, stream=True
+            )
+        except httpx.TransportError as exc:
+            if attempt > retries.max_retries or not retries.retries_exception(exc, call.idempotent):
+                raise connection_failed(call, exc, attempt) from exc
+            yield Sleep(retries.delay(attempt - 1, rng=rng))
+            continue
+        if 200 <= response.status_code < 300:
+            opened: httpx.Response = response
+            return opened
+        try:
+            read_answer(call, response, attempt)  # raises the error answer's exception
         except APIError as exc:
             if attempt > retries.max_retries or not retries.retries_status(exc.status or 0, call.idempotent):
                 raise

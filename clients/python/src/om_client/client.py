@@ -38,6 +38,7 @@ from om_client._calls import (
     RetryPolicy,
     Sleep,
     exchange,
+    open_stream,
     put_upload,
     resume,
 )
@@ -66,6 +67,7 @@ from om_client.models import (
     TurnResult,
     WorkingMemory,
 )
+from om_client.streaming import StreamChunk, achunks_of_lines, chunks_of_lines
 
 __all__ = ['AsyncMemoryClient', 'MemoryClient']
 
@@ -290,6 +292,12 @@ class MemoryClient(_Base):
         if effect.upload:  # a plain pool: the presigned URL carries its own signature, our credentials stay here
             pool = self._uploads = self._uploads or httpx.Client(timeout=UPLOAD_TIMEOUT, transport=self._transport)
         try:
+            if effect.stream:
+                response = pool.send(pool.build_request(effect.method, effect.url, **effect.options()), stream=True)
+                if not 200 <= response.status_code < 300:
+                    response.read()  # an error answer is read whole (its body says what was wrong)
+                    response.close()
+                return response
             return pool.request(effect.method, effect.url, **effect.options())
         except httpx.TransportError as exc:
             return exc
@@ -312,6 +320,22 @@ class MemoryClient(_Base):
     def turn(self, thread_id: str, messages: Sequence[MessageLike], *, resource_id: str | None = None) -> TurnResult:
         """Save a turn's outputs (plain strings are assistant messages); schedules background work when due."""
         return self.send(self.calls.turn(thread_id, messages, resource_id=resource_id))
+
+    def chat_stream(
+        self, thread_id: str, message: MessageLike, *, resource_id: str | None = None, read_only: bool | None = None
+    ) -> Iterator[StreamChunk]:
+        """Send a user message and read the turn as it happens: typed chunks of the UI message stream (the memory's
+        `DataChunk`s, then the reply's `TextDelta`s, ...; see `om_client.streaming`).
+
+        The request goes out when iteration starts. Retried per the policy until the stream begins; a stream cut
+        short can be asked for again with the same message, whose stored reply then streams back.
+        """
+        call = self.calls.chat_stream(thread_id, message, resource_id=resource_id, read_only=read_only)
+        response: httpx.Response = self._run(open_stream(call, self.retries, self._rng))
+        try:
+            yield from chunks_of_lines(response.iter_lines())
+        finally:
+            response.close()
 
     def chat(
         self, thread_id: str, message: MessageLike, *, resource_id: str | None = None, read_only: bool | None = None
@@ -619,6 +643,13 @@ class AsyncMemoryClient(_Base):
         else:
             pool = self._client()
         try:
+            if effect.stream:
+                request = pool.build_request(effect.method, effect.url, **effect.options())
+                response = await pool.send(request, stream=True)
+                if not 200 <= response.status_code < 300:
+                    await response.aread()
+                    await response.aclose()
+                return response
             return await pool.request(effect.method, effect.url, **effect.options())
         except httpx.TransportError as exc:
             return exc
@@ -643,6 +674,18 @@ class AsyncMemoryClient(_Base):
     ) -> TurnResult:
         """Save a turn's outputs (plain strings are assistant messages); schedules background work when due."""
         return await self.send(self.calls.turn(thread_id, messages, resource_id=resource_id))
+
+    async def chat_stream(
+        self, thread_id: str, message: MessageLike, *, resource_id: str | None = None, read_only: bool | None = None
+    ) -> AsyncIterator[StreamChunk]:
+        """`MemoryClient.chat_stream`, as an async iterator of typed chunks (`async for chunk in ...`)."""
+        call = self.calls.chat_stream(thread_id, message, resource_id=resource_id, read_only=read_only)
+        response: httpx.Response = await self._run(open_stream(call, self.retries, self._rng))
+        try:
+            async for chunk in achunks_of_lines(response.aiter_lines()):
+                yield chunk
+        finally:
+            await response.aclose()
 
     async def chat(
         self, thread_id: str, message: MessageLike, *, resource_id: str | None = None, read_only: bool | None = None

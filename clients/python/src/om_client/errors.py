@@ -180,6 +180,10 @@ class MessageConflict(Conflict, code='message_conflict'):
     """409 `message_conflict`: a message id is stored with other content."""
 
 
+class InProgress(Conflict, code='in_progress'):
+    """409 `in_progress`: another request is answering this message; send it again (same id) to get its reply."""
+
+
 class ThreadExists(Conflict, code='thread_exists'):
     """409 `thread_exists`: the thread id is taken."""
 
