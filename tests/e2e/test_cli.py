@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -418,5 +419,6 @@ def test_cli_chat_escapes_ids_in_paths_and_queries(monkeypatch):
     assert '[4' not in text, text
     lines = turn.splitlines()
     assert lines[0] == '  … observing memory' and lines[1] == '  … observing done', turn
-    assert lines[2].startswith('assistant> ') and lines[-1].startswith('  [memory] messages'), turn
-    assert 'observation:start, observation:end' in lines[-1]
+    # ... then the reply, then the memory's status line, which says in words what memory did in this turn
+    assert lines[2].startswith('assistant> ') and lines[-1].startswith('  [memory] observation in '), turn
+    assert re.search(r'· observed [\d,]+ message tokens', lines[-1]), turn
