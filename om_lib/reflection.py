@@ -240,6 +240,10 @@ class Reflection:
         if record.reflection_stalled_at_tokens == record.observation_tokens:
             # The last attempt could not shrink this very log: wait until it has grown (spec §12.9).
             return ReflectionOutcome(record, 'not_due')
+        if record.reflection_backing_off(rt.clock.now()):
+            # A run failed recently (a background one included): no step asks the model again before the backoff
+            # ends; past the archive bound, the oldest groups move to the archive instead (no model call).
+            return ReflectionOutcome(record, 'not_due')
         cycle = rt.start_cycle()
         leased = rt.writer.take_lease(
             record,
@@ -284,12 +288,13 @@ class Reflection:
             return ReflectionOutcome(released, 'failed')
         except ModelError as exc:
             # Memory stays as it was; like a failed run, the next attempt waits (30 s doubling). An answer that was
-            # not an observation log says so (`invalid_reflection`).
-            reason: FailureReason | None = (
-                'invalid_reflection' if isinstance(exc, refl.InvalidReflectionError) else None
-            )
+            # not an observation log (a refusal, an essay, a loop, nothing) says so (`invalid_reflection`), and
+            # the very same log is not offered to the model again: it waits for the log to change too.
+            answered = isinstance(exc, ModelOutputError)
+            reason: FailureReason | None = 'invalid_reflection' if answered else None
             parts.add(rt.failed_part(cycle, 'reflection', snapshot_tokens, exc, leased.id, thread_id, reason=reason))
-            released = rt.writer.release_lease(leased, 'reflecting', cycle.cycle_id, **self._backoff(leased))
+            stall = {'reflection_stalled_at_tokens': snapshot_tokens} if answered else {}
+            released = rt.writer.release_lease(leased, 'reflecting', cycle.cycle_id, **self._backoff(leased), **stall)
             return ReflectionOutcome(released, 'failed')
         except Exception:
             rt.writer.release_quietly(leased, 'reflecting', cycle.cycle_id)
@@ -506,10 +511,13 @@ class Reflection:
             error = str(exc) if job.reason == 'buffer' else NOT_SMALLER_ERROR
             self._run_failed(job, owner, released, cycle, input_tokens, error, 'not_smaller')
             return {'outcome': 'not_smaller', 'inputTokens': input_tokens}
-        except refl.InvalidReflectionError as exc:
-            # The model's answer would have replaced memory with something that is not an observation log: keep the
-            # current generation, back off, and tell the next step why.
-            released = rt.writer.release_lease(record, name, owner, **self._backoff(record))
+        except ModelOutputError as exc:
+            # The model answered, with something that is not an observation log (every level): keep the current
+            # generation, back off, wait for the log to change (the same input would get the same answers), and tell
+            # the next step why. Not raised: a workflow retry would only ask again.
+            released = rt.writer.release_lease(
+                record, name, owner, **self._backoff(record), reflection_stalled_at_tokens=tokens
+            )
             self._run_failed(job, owner, released, cycle, input_tokens, str(exc), 'invalid_reflection')
             return {'outcome': 'invalid_reflection', 'inputTokens': input_tokens, 'error': str(exc)}
         ended = None
