@@ -192,19 +192,22 @@ def activate_chunks(
     *,
     cursor: int,
     last_observed_at: datetime | None,
+    render: Callable[[BufferedChunk], str] | None = None,
 ) -> Activation:
     """Append the first `count` chunks to the active log (storage swap, spec §11.2).
 
-    The chunks' observations are joined with a blank line and appended after one message boundary dated at the last
-    activated chunk; the cursor and `lastObservedAt` never move backward. Continuation hints come from the last
-    activated chunk only (a chunk without hints yields none: the caller decides whether to keep older ones).
+    The chunks' observations (each as `render(chunk)` gives it: retrieval mode wraps it in its observation group) are
+    joined with a blank line and appended after one message boundary dated at the last activated chunk; the cursor and
+    `lastObservedAt` never move backward. Continuation hints come from the last activated chunk only (a chunk without
+    hints yields none: the caller decides whether to keep older ones).
     """
     count = max(0, min(count, len(chunks)))
     activated = tuple(chunks[:count])
     remaining = tuple(chunks[count:])
     if not activated:
         return Activation(active_observations, (), remaining, cursor, last_observed_at, 0, 0, None, None, None)
-    content = '\n\n'.join(c.observations.strip() for c in activated if c.observations.strip())
+    shown = render or (lambda chunk: chunk.observations)
+    content = '\n\n'.join(shown(c).strip() for c in activated if c.observations.strip())
     observed_at = activated[-1].last_observed_at
     if active_observations.strip() and content:
         text = active_observations + ctx.message_boundary(observed_at) + content

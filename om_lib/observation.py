@@ -158,7 +158,11 @@ class ThreadStrategy:
         block = observation.parsed.observations.strip()
         backlog = observation.backlog
         if self.rt.settings.retrieval is not None:
-            block = ctx.wrap_in_observation_group(block, backlog.messages[0].id, backlog.messages[-1].id)
+            block = ctx.wrap_in_observation_group(
+                block,
+                ctx.group_range(backlog.first_seq, backlog.last_seq),
+                group_id=ctx.group_id_for(backlog.first_seq),
+            )
         if not text.strip():
             return block
         return text + ctx.message_boundary(backlog.observed_at) + block
@@ -367,13 +371,15 @@ class ObserverCall:
 
     # -- shared pieces ---------------------------------------------------------------------------------------------
     def _context(self, record: OMRecord, previous: str | None) -> tuple[str, bool]:
-        return obs.prepare_observer_context(
+        text, truncated = obs.prepare_observer_context(
             record.active_observations if previous is None else previous,
             self.rt.settings.previous_observer_tokens,
             self.rt.counter.count_string,
             buffered_reflection=record.buffered_reflection if previous is None else None,
             reflected_line_count=record.reflected_line_count if previous is None else None,
         )
+        # The Observer needs the observations, not the group tags recall uses (and must not echo them back).
+        return ctx.strip_group_tags(text), truncated
 
     def _inline_attachments(self, transcript: obs.ObserverTranscript, resource_id: str) -> list[InlineBlob]:
         """Image bytes the Observer can see: inline data, or stored `s3://` images read back, within a size cap."""
@@ -566,7 +572,7 @@ class ObservationPipeline:
                 cursors[backlog.thread_id] = backlog.last_seq
                 groups.append(
                     ObservationGroup(
-                        id=rt.new_id()[:16],
+                        id=ctx.group_id_for(backlog.first_seq),
                         thread_id=backlog.thread_id,
                         start_id=backlog.messages[0].id,
                         end_id=backlog.messages[-1].id,
@@ -656,8 +662,7 @@ class ObservationPipeline:
         text = parsed.observations.strip()
         if not text:
             return None
-        if rt.settings.retrieval is not None:
-            text = ctx.wrap_in_observation_group(text, backlog.messages[0].id, backlog.messages[-1].id)
+        # (In retrieval mode activation wraps the chunk in its observation group.)
         return BufferedChunk(
             id=f'ombuf-{rt.new_id()}',
             cycle_id=cycle_id,

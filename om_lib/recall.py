@@ -14,6 +14,7 @@ never anything of another resource. Invalid input raises `InvalidInputError` wit
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -49,6 +50,8 @@ SEARCH_UNAVAILABLE = 'semantic search needs retrieval: {vector: true}'
 DEFAULT_SEARCH_LIMIT = 10
 
 _MODES = ('messages', 'threads', 'search')
+# `#12`: a message by its number in the thread (`#` never occurs in a message id).
+_MESSAGE_NUMBER = re.compile(r'#(\d{1,18})')
 _DETAILS = ('low', 'high')
 
 
@@ -153,9 +156,9 @@ _PARAMETERS: dict[str, Any] = {
         'cursor': {
             'type': 'string',
             'description': (
-                'A single message ID to anchor the query. Take the start or end ID of an observation group range '
-                '(from `startId:endId`, use either startId or endId). Can be omitted when threadId is given, to '
-                'read from the beginning of that thread.'
+                'Where to start reading: one end of an observation section\'s range (`#12` from "## Messages '
+                '#12–#19": the message with that number in the conversation), or a message ID from a recall answer. '
+                'Can be omitted when threadId is given, to read from the beginning of that thread.'
             ),
         },
         'threadId': {
@@ -486,8 +489,17 @@ def _resolve_cursor(
     explicit_thread: bool,
     show: Callable[[str], str] = str,
 ) -> Message:
-    """The cursor's message within the allowed scope; never a message of another resource."""
+    """The cursor's message within the allowed scope; never a message of another resource.
+
+    `#12` (a range end as the Actor sees it) is the thread's message number 12, or the first one after it when that
+    message was deleted."""
     message_id = cursor.strip()
+    number = _MESSAGE_NUMBER.fullmatch(message_id)
+    if number is not None:
+        page = store.list_messages(resource_id, thread_id, after_seq=int(number.group(1)) - 1, limit=1)
+        if not page.messages:
+            raise InvalidInputError(f'Could not resolve cursor message: {cursor} (no such message in the thread)')
+        return page.messages[0]
     found = find_message(store, resource_id, thread_id, message_id)
     if found is not None:
         return found
