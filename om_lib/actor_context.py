@@ -8,6 +8,7 @@ from datetime import datetime
 
 from om_lib import buffering as buf
 from om_lib import context as ctx
+from om_lib.archive import catalog_line
 from om_lib.messages import Message, TextPart
 from om_lib.parts import BufferedWindows, Status
 from om_lib.record_writer import lease_active
@@ -18,10 +19,16 @@ from om_lib.runtime import Runtime
 def system_text(rt: Runtime, record: OMRecord, thread: Thread, *, other_conversations: str = '') -> str:
     """The memory system message: observations, continuation hints, retrieval guidance and (resource scope) the
     other conversations' unobserved messages. Empty when there is neither."""
-    if not record.active_observations.strip() and not other_conversations:
+    if not record.active_observations.strip() and not other_conversations and not record.archived:
         return ''
     retrieval = rt.settings.retrieval
     default_scope = 'resource' if rt.settings.scope == 'resource' else 'thread'
+    catalog = catalog_line(
+        record.archived,
+        rt.counter.count_string,
+        max_tokens=rt.settings.archive.max_catalog_tokens,
+        recall=retrieval is not None,
+    )
     messages = ctx.build_observation_system_messages(
         record.active_observations,
         now=rt.clock.now(),
@@ -30,6 +37,7 @@ def system_text(rt: Runtime, record: OMRecord, thread: Thread, *, other_conversa
         retrieval=retrieval is not None,
         retrieval_scope=retrieval.scope if retrieval is not None else default_scope,
         other_conversations=other_conversations or None,
+        archived_catalog=catalog,
     )
     return ctx.join_system_messages(messages)
 

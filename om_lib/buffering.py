@@ -251,9 +251,23 @@ def reflection_slice(
         # One line bigger than the whole activation point: reflect that line rather than nothing.
         text = active_observations.split('\n')[0]
         count, estimate = 1, observation_tokens
+    lines = active_observations.split('\n')
+    ends = group_end_lines(active_observations)
+    if ends and count < len(lines) and count not in ends:
+        # Never cut an observation group in two (the merge would leave half its markup): end at the last group end
+        # inside the slice, or at the first one after it.
+        inside = [end for end in ends if end <= count]
+        count = inside[-1] if inside else min(end for end in ends if end > count)
+        text = '\n'.join(lines[:count])
+        estimate = math.floor(observation_tokens * count / len(lines) + 0.5)
     return ReflectionSlice(
         text=text,
         line_count=count,
         input_tokens=estimate,
         target_tokens=math.floor(BUFFERED_REFLECTION_TARGET * estimate + 0.5),
     )
+
+
+def group_end_lines(text: str) -> list[int]:
+    """For each observation group of a log, the number of lines up to and including its closing tag (ascending)."""
+    return [text.count('\n', 0, group.end) + 1 for group in ctx.parse_observation_groups(text)]

@@ -279,6 +279,25 @@ class Activation(OMPart):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ObservationsArchived(OMPart):
+    """`data-om-observations-archived`: the log passed its bound (`observation.archive.afterTokens`), so its oldest
+    observation groups moved into the archive (no model call); recall's `mode: "observations"` pages them back."""
+
+    TYPE: ClassVar[str] = 'data-om-observations-archived'
+    cycle_id: str
+    archived_at: datetime
+    groups_archived: int
+    tokens_archived: int
+    observation_tokens: int
+    after_tokens: int
+    archived_groups_total: int
+    archived_tokens_total: int
+    generation_count: int
+    record_id: str
+    thread_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class Scheduled(OMPart):
     """`data-om-scheduled`: background operations this request queued (`buffer`, `observe`, `reflect`, `title`)."""
 

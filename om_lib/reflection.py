@@ -183,9 +183,20 @@ class Reflection:
         reflected = ladder.observations.strip()
         if retrieval:
             reflected = ctx.reconcile_observation_groups_from_reflection(reflected, snapshot) or reflected
+        reflected_tokens = self.rt.counter.count_observations(reflected)
+        source_tokens = self.rt.counter.count_observations(snapshot)
+        if reflected_tokens >= source_tokens:
+            # Counted as the Actor sees it (group headers included), the result must still be smaller than what it
+            # replaces: a reflection never commits a larger log.
+            raise refl.ReflectionNotSmallerError(
+                f'the reflection ({reflected_tokens} tokens) is not smaller than the observations it condenses '
+                f'({source_tokens} tokens)',
+                original_tokens=source_tokens,
+                smallest_tokens=reflected_tokens,
+            )
         return ReflectionDraft(
             text=reflected,
-            tokens=self.rt.counter.count_observations(reflected),
+            tokens=reflected_tokens,
             suggested_response=ladder.suggested_response,
             input_tokens=tokens,
         )

@@ -76,10 +76,15 @@ class Harness:
         return self.store.get_record(f'thread:{resource}/{thread}')
 
 
-def config(message_tokens: int = 100, observation_tokens: int = 1000, **extra) -> dict:
+def config(message_tokens: int = 100, observation_tokens: int = 1000, *, archive_after: int = 100_000, **extra) -> dict:
+    # The archive bound is far away unless a test is about it: these tests look at reflection with tiny thresholds.
     return {
         'model': 'default',
-        'observation': {'messageTokens': message_tokens, 'bufferTokens': False},
+        'observation': {
+            'messageTokens': message_tokens,
+            'bufferTokens': False,
+            'archive': {'afterTokens': archive_after, 'keepTokens': archive_after // 3},
+        },
         'reflection': {'observationTokens': observation_tokens},
         **extra,
     }
