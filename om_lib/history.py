@@ -6,8 +6,8 @@ Observational memory and deletion. Observations are text the Observer wrote from
 names the `seq` range each block came from, but the log keeps no per-group text boundaries (a reflection rewrites
 and merges the whole log). So the log cannot be cut group by group yet, and the rules are the simplest honest ones:
 
-- clearing a thread resets its observational memory: a new generation with no observations, no groups and its
-  cursor back at 0 (older generations stay readable as history);
+- clearing a thread resets its observational memory: a new generation with no observations, no groups, an empty
+  archive and its cursor back at 0 (older generations stay readable as history);
 - deleting messages that were observed (inside a group's range, or at or below the thread's cursor) does the same,
   so the messages that remain are observed again from the start;
 - deleting only unobserved messages touches no observations; buffered (not yet active) chunks that covered a deleted
@@ -19,26 +19,34 @@ and lists the thread as pending so what remains of it is observed again; once th
 sections may have been condensed together, so then the whole resource memory is reset and every thread it had
 observed is pending again.
 
+The archive (om_lib/archive.py) holds observation groups moved out of the log past its bound: a reset empties it
+with the log, and `archive_without` drops the archived groups derived from deleted messages (their range covers one,
+or nothing says which messages they came from) wherever observations are trimmed rather than reset.
+
 Cloning carries the source's observations only when every observed group of the source lies inside the copied
 messages — for the same reason: without per-group text the log cannot be cut to a part of the history.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from om_lib import context as ctx
 from om_lib import resource_scope as rs
 from om_lib.config import SemanticRecallSettings
 from om_lib.errors import InvalidInputError, ThreadNotFoundError
 from om_lib.messages import Message
 from om_lib.ports import MemoryStore
 from om_lib.record_writer import RecordWriter
-from om_lib.records import ObservationGroup, OMRecord, Thread, record_key
+from om_lib.records import ArchivedGroup, ObservationGroup, OMRecord, Thread, record_key
 from om_lib.semantic import SemanticMemory
+
+_SEQ_RANGE = re.compile(r'#(\d+):#(\d+)')
 
 # `vectorSearchString` with vectors on but `semanticRecall` not configured: the seed's defaults.
 DEFAULT_SEMANTIC_RECALL = SemanticRecallSettings(top_k=4, before=1, after=1, scope='resource')
@@ -263,6 +271,8 @@ def clone_thread(
     carried = _carried_observations(record, source_thread_id, source_messages, chosen, stored, clone_id, make_id)
     if record is not None and carried is not None:
         groups, cursor = carried
+        # Group ranges name messages by their numbers in the thread: the copies have their own.
+        renumber = _renumbering(chosen, stored)
         fresh = OMRecord(
             id=make_id().replace('-', ''),
             key=record_key('thread', resource_id, clone_id),
@@ -271,12 +281,13 @@ def clone_thread(
             thread_id=clone_id,
             created_at=now,
             updated_at=now,
-            active_observations=record.active_observations,
+            active_observations=renumber_group_ranges(record.active_observations, renumber),
             observation_tokens=record.observation_tokens,
             total_tokens_observed=record.total_tokens_observed,
             cursors={clone_id: cursor},
             last_observed_at=record.last_observed_at,
             groups=groups,
+            archived=tuple(_renumbered_archive(g, renumber, clone_id) for g in record.archived),
             observed_timezone=record.observed_timezone,
         )
         (writer or RecordWriter(store, _FixedClock(now), make_id)).create(fresh)
@@ -287,6 +298,48 @@ def clone_thread(
                 )
             )
     return thread, stored
+
+
+def _renumbering(chosen: list[Message], stored: list[Message]) -> Callable[[int], int | None]:
+    """Source message number → the copy's number (a deleted number maps to the next copied message)."""
+    pairs = sorted((src.seq or 0, copy.seq or 0) for src, copy in zip(chosen, stored, strict=True))
+
+    def mapped(seq: int) -> int | None:
+        return next((copy for src, copy in pairs if src >= seq), None)
+
+    return mapped
+
+
+def renumber_group_ranges(text: str, renumber: Callable[[int], int | None]) -> str:
+    """`text` with every `#a:#b` group range renumbered (a clone's messages have their own numbers)."""
+    groups = ctx.parse_observation_groups(text)
+    pieces: list[str] = []
+    last = 0
+    for group in groups:
+        pieces.append(text[last : group.start])
+        pieces.append(
+            ctx.wrap_in_observation_group(
+                group.content, _renumbered(group.range, renumber), group_id=group.id, kind=group.kind
+            )
+        )
+        last = group.end
+    pieces.append(text[last:])
+    return ''.join(pieces)
+
+
+def _renumbered(range_: str, renumber: Callable[[int], int | None]) -> str:
+    match = _SEQ_RANGE.fullmatch(range_.strip())
+    if match is None:
+        return range_
+    start, end = renumber(int(match.group(1))), renumber(int(match.group(2)))
+    return ctx.group_range(start, end) if start is not None and end is not None else range_
+
+
+def _renumbered_archive(group: ArchivedGroup, renumber: Callable[[int], int | None], clone_id: str) -> ArchivedGroup:
+    range_ = _renumbered(group.range, renumber)
+    start = renumber(group.start_seq) if group.start_seq is not None else None
+    end = renumber(group.end_seq) if group.end_seq is not None else None
+    return group.model_copy(update={'thread_id': clone_id, 'range': range_, 'start_seq': start, 'end_seq': end})
 
 
 def _carried_observations(
@@ -400,6 +453,7 @@ def _forget_in_record(
         return False
     if head.scope == 'resource':
         return _forget_in_resource_record(writer, head, thread_id, doomed, now, count)
+    # (A reset, below, empties the archive too: what remains of the thread is observed again from the start.)
     reset = writer.commit_generation(
         head, lambda cur: _reset(writer, cur) if _observed(cur, thread_id, doomed) else None
     )
@@ -473,6 +527,7 @@ def _forget_in_resource_record(
             observation_tokens=tokens,
             cursors={t: c for t, c in current.cursors.items() if t != thread_id},
             groups=tuple(g for g in current.groups if g.thread_id != thread_id),
+            archived=archive_without(current.archived, thread_id, None),
             buffered_chunks=tuple(c for c in current.buffered_chunks if c.thread_id != thread_id),
         )
 
@@ -493,6 +548,8 @@ def _reset(writer: RecordWriter, head: OMRecord) -> OMRecord:
         cursors={},
         last_observed_at=None,
         groups=(),
+        # Every remaining message is observed again, archived ones included: keeping the archive would repeat them.
+        archived=(),
         buffered_chunks=(),
         last_buffered_at_tokens=0,
         buffered_reflection=None,
@@ -505,6 +562,23 @@ def _reset(writer: RecordWriter, head: OMRecord) -> OMRecord:
         buffering_reflection=None,
         reflection_stalled_at_tokens=None,
     )
+
+
+def archive_without(
+    archived: tuple[ArchivedGroup, ...], thread_id: str, doomed: list[int] | None
+) -> tuple[ArchivedGroup, ...]:
+    """The archive once messages of `thread_id` are deleted (`doomed`: their numbers; None: every message of the
+    thread): an archived group derived from one of them goes with it. A group whose messages are not known (no
+    range) goes whenever its thread loses any message, as nothing says it was not derived from it."""
+
+    def derived(group: ArchivedGroup) -> bool:
+        if group.thread_id != thread_id:
+            return False
+        if doomed is None or group.start_seq is None or group.end_seq is None:
+            return True
+        return any(group.start_seq <= seq <= group.end_seq for seq in doomed)
+
+    return tuple(g for g in archived if not derived(g))
 
 
 class _FixedClock:

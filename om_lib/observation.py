@@ -38,6 +38,7 @@ from om_lib.errors import (
     VersionConflictError,
 )
 from om_lib.llm import Content, InlineBlob, ModelRequest
+from om_lib.log_check import answer_notes
 from om_lib.messages import Message
 from om_lib.parts import CycleParts, FailureReason, ObservationEnd, ThreadUpdate
 from om_lib.record_writer import lease_active
@@ -610,6 +611,7 @@ class ObservationPipeline:
 
     def _after_observed(self, record: OMRecord, cycle: Cycle, item: ThreadObservation, parts: CycleParts) -> None:
         parsed = item.parsed
+        notes = answer_notes(parsed.observations)
         thread = self.rt.store.get_thread(record.resource_id, item.backlog.thread_id)
         if thread is not None:
             update_thread_hints(
@@ -635,8 +637,13 @@ class ObservationPipeline:
                 suggested_response=parsed.suggested_response,
                 record_id=record.id,
                 thread_id=item.backlog.thread_id,
+                notes=notes or None,
             )
         )
+        if notes:
+            self.rt.remember_notes(
+                record.resource_id, item.backlog.thread_id, 'observation', notes, parsed.observations[:300]
+            )
 
     def _defer(self, record: OMRecord, thread_id: str, cycle: Cycle, tokens: int, parts: CycleParts, why: str) -> None:
         reason: FailureReason

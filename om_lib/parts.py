@@ -111,6 +111,8 @@ class ObservationEnd(OMPart):
     thread_id: str
     current_task: str | None = None
     suggested_response: str | None = None
+    # Doubts about the answer that was accepted (om_lib/log_check.py: `mostly_prose`, `repeated_item`, ...).
+    notes: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
+from om_lib.archive import page_archive
 from om_lib.config import RetrievalSettings
 from om_lib.errors import InvalidInputError
 from om_lib.llm import FunctionDeclaration
@@ -31,7 +32,7 @@ from om_lib.semantic import SearchResult, SemanticMemory
 from om_lib.threads import list_resource_threads
 from om_lib.tokens import TokenCounter
 
-Mode = Literal['messages', 'threads', 'search']
+Mode = Literal['messages', 'threads', 'search', 'observations']
 Detail = Literal['low', 'high']
 RecallScope = Literal['thread', 'resource']
 
@@ -49,7 +50,7 @@ _MAX_THREADS_SEARCHED = 100
 SEARCH_UNAVAILABLE = 'semantic search needs retrieval: {vector: true}'
 DEFAULT_SEARCH_LIMIT = 10
 
-_MODES = ('messages', 'threads', 'search')
+_MODES = ('messages', 'threads', 'search', 'observations')
 # `#12`: a message by its number in the thread (`#` never occurs in a message id).
 _MESSAGE_NUMBER = re.compile(r'#(\d{1,18})')
 _DETAILS = ('low', 'high')
@@ -63,8 +64,8 @@ class RecallRequest:
     """One recall call: the seed's parameters (snake_case).
 
     Attributes:
-        mode: `'messages'` (default), `'threads'` or `'search'`.
-        query: The search text (`mode: "search"`).
+        mode: `'messages'` (default), `'threads'`, `'search'` or `'observations'` (the archive).
+        query: The search text (`mode: "search"`), or the words archived groups must hold (`"observations"`).
         cursor: A message id to page from (or a whole `a:b` range, which answers a hint).
         thread_id: Another thread of the resource to browse (scope `'resource'`).
         page: Messages: positive forward, negative backward, 0 means 1 (default 1). Threads: from 0 (default 0).
@@ -95,7 +96,9 @@ class RecallRequest:
         """
         mode = args.get('mode') or 'messages'
         if mode not in _MODES:
-            raise InvalidInputError(f'mode must be one of "messages", "threads", "search" (got {mode!r})')
+            raise InvalidInputError(
+                f'mode must be one of "messages", "threads", "search", "observations" (got {mode!r})'
+            )
         detail = args.get('detail') or 'low'
         if detail not in _DETAILS:
             raise InvalidInputError(f'detail must be "low" or "high" (got {detail!r})')
@@ -149,10 +152,15 @@ _PARAMETERS: dict[str, Any] = {
             'enum': list(_MODES),
             'description': (
                 'What to retrieve. "messages" (default) pages through message history. "threads" lists all threads '
-                'for the current user. "search" finds messages by semantic similarity across all threads.'
+                'for the current user. "search" finds messages by semantic similarity across all threads. '
+                '"observations" pages through archived observations, newest first (with `query`: those holding all '
+                'its words).'
             ),
         },
-        'query': {'type': 'string', 'description': 'Search query for mode "search".'},
+        'query': {
+            'type': 'string',
+            'description': 'Search query for mode "search"; words every archived group must hold for "observations".',
+        },
         'cursor': {
             'type': 'string',
             'description': (
@@ -169,7 +177,7 @@ _PARAMETERS: dict[str, Any] = {
             'type': 'integer',
             'description': (
                 'Pagination offset. For messages: positive values page forward from the cursor, negative values '
-                'page backward; 0 is treated as 1. For threads: page number, from 0.'
+                'page backward; 0 is treated as 1. For threads and observations: page number, from 0.'
             ),
         },
         'limit': {'type': 'integer', 'description': 'Maximum number of items per page (default 20).'},
@@ -253,6 +261,7 @@ def recall(
     max_tokens: int = DEFAULT_MAX_TOKENS,
     semantic: SemanticMemory | None = None,
     obscure_thread_ids: bool = False,
+    memory_key: str | None = None,
 ) -> dict[str, Any]:
     """Run one recall call and return the seed's returns for its mode (camelCase keys).
 
@@ -267,6 +276,7 @@ def recall(
         semantic: Semantic search (mode "search"); None when `retrieval.vector` is off.
         obscure_thread_ids: The model sees hashed thread ids (`obscureThreadIds`): answers show them, and a
             `threadId` it passes back is resolved to the real thread of this resource.
+        memory_key: The key of the observational memory the Actor reads (`mode: "observations"` pages its archive).
 
     Raises:
         InvalidInputError: A bad cursor, thread, index, date or mode, with a message for the model.
@@ -280,6 +290,8 @@ def recall(
         return _search(semantic, counter, resource_id, current_thread_id, request, scope, max_tokens, codec.shown)
     if request.mode == 'threads':
         return _list_threads(store, resource_id, current_thread_id, request, scope, codec.shown)
+    if request.mode == 'observations':
+        return _archived(store, counter, memory_key, current_thread_id, request, scope, max_tokens, codec.shown)
     return _messages(store, counter, resource_id, current_thread_id, request, scope, max_tokens, codec.shown)
 
 
@@ -346,6 +358,38 @@ def _render_results(
                 f'cursor="{message.id}": {preview}'
             )
     return '\n'.join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Observations mode (the archive)
+# ---------------------------------------------------------------------------------------------------------------------
+def _archived(
+    store: MemoryStore,
+    counter: TokenCounter,
+    memory_key: str | None,
+    current_thread_id: str,
+    request: RecallRequest,
+    scope: RecallScope,
+    max_tokens: int,
+    show: Callable[[str], str],
+) -> dict[str, Any]:
+    page = request.page or 0
+    if page < 0:
+        raise InvalidInputError('page must be 0 or more for mode "observations" (pages count from 0, newest first)')
+    record = store.get_record(memory_key) if memory_key else None
+    archived = list(record.archived) if record is not None else []
+    if scope == 'thread':
+        # Resource-scope memory shared by every thread: the thread-scoped tool reads this thread's groups only.
+        archived = [g for g in archived if g.thread_id in (None, current_thread_id)]
+    return page_archive(
+        archived,
+        query=request.query,
+        page=page,
+        limit=_limit(request.limit),
+        count=counter.count_string,
+        max_tokens=max_tokens,
+        show_thread=show,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------

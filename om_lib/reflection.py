@@ -24,7 +24,7 @@ from om_lib import reflector as refl
 from om_lib.background import finish_background
 from om_lib.errors import ModelError, ModelOutputError, VersionConflictError
 from om_lib.llm import Content, ModelRequest
-from om_lib.log_check import reflection_problem
+from om_lib.log_check import reflection_notes, reflection_problem
 from om_lib.parts import (
     Activation,
     BufferingEnd,
@@ -72,6 +72,8 @@ class ReflectionDraft:
     tokens: int
     suggested_response: str | None
     input_tokens: int
+    # Doubts about the accepted answer (om_lib/log_check.py), counted and kept for the memory view.
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,7 @@ class Reflection:
             tokens=reflected_tokens,
             suggested_response=ladder.suggested_response,
             input_tokens=tokens,
+            notes=reflection_notes(ladder.observations, text),
         )
 
     # -- committing --------------------------------------------------------------------------------------------------
@@ -344,8 +347,11 @@ class Reflection:
                 suggested_response=draft.suggested_response,
                 record_id=committed.id,
                 thread_id=thread_id,
+                notes=draft.notes or None,
             )
         )
+        if draft.notes:
+            rt.remember_notes(committed.resource_id, thread_id, 'reflection', draft.notes, draft.text[:300])
         return ReflectionOutcome(committed, 'committed')
 
     # -- async buffering of reflection (spec §12.4–§12.6) --------------------------------------------------------------
@@ -561,7 +567,9 @@ class Reflection:
 
         if rt.writer.commit(record, stage) is None:
             return {'outcome': 'lease_lost'}
-        return {'outcome': 'reflected', 'inputTokens': input_tokens, 'tokens': draft.tokens}
+        if draft.notes:
+            rt.remember_notes(record.resource_id, job.thread_id, 'reflection', draft.notes, draft.text[:300])
+        return {'outcome': 'reflected', 'inputTokens': input_tokens, 'tokens': draft.tokens, 'notes': list(draft.notes)}
 
     def validate(self, job: Job, owner: str) -> dict[str, Any]:
         """The staged reflection must exist, be non-empty and be strictly smaller than what it replaces."""
