@@ -29,7 +29,6 @@ from om_lib import context as ctx
 from om_lib import resource_scope as rs
 from om_lib.config import ArchiveSettings
 from om_lib.parts import CycleParts, ObservationsArchived
-from om_lib.record_writer import lease_active
 from om_lib.records import ArchivedGroup, OMRecord
 from om_lib.runtime import Runtime
 
@@ -318,15 +317,13 @@ class Archive:
         """Archive the oldest groups of a log past its bound, in one conditional write; the record as it is after."""
         rt = self.rt
         settings = rt.settings.archive
-        if record.observation_tokens <= settings.after_tokens or self._reflection_pending(record):
+        if record.observation_tokens <= settings.after_tokens:
             return record
         count = rt.counter.count_observations
         moved: list[tuple[ArchivedGroup, ...]] = []
         now = rt.clock.now()
 
         def build(current: OMRecord) -> OMRecord | None:
-            if self._reflection_pending(current):
-                return None
             plan = plan_archive(current.active_observations, count, settings)
             if plan is None:
                 return None
@@ -338,7 +335,8 @@ class Archive:
                 active_observations=plan.retained,
                 observation_tokens=count(plan.retained),
                 archived=(*current.archived, *entries),
-                # A staged reflection was drafted from lines that are no longer where it would put them.
+                # The bound wins over a reflection that has not landed: one staged (or still running, whose commit
+                # will find a new generation) was drafted from lines that are no longer where it would put them.
                 buffered_reflection=None,
                 buffered_reflection_tokens=None,
                 buffered_reflection_input_tokens=None,
@@ -367,11 +365,3 @@ class Archive:
             )
         )
         return committed
-
-    def _reflection_pending(self, record: OMRecord) -> bool:
-        """A reflection of this very log is running, or staged and due to be activated: its result will shrink the
-        log, and archiving first would make it unusable (a model call thrown away). The bound waits for it."""
-        now = self.rt.clock.now()
-        if lease_active(record.reflecting, now) or lease_active(record.buffering_reflection, now):
-            return True
-        return bool(record.buffered_reflection) and record.observation_tokens > self.rt.settings.observation_tokens

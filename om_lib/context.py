@@ -355,9 +355,12 @@ def add_relative_time_to_observations(text: str, now: datetime | date) -> str:
 _GROUP_OPEN = '<observation-group'
 _GROUP_CLOSE = '</observation-group>'
 _ATTRIBUTE_RE = re.compile(r'([A-Za-z_][\w-]*)="([^"]*)"')
-_SECTION_RE = re.compile(r'^#{1,6}[ \t]+Group[ \t]+`?([^`\s]+)`?[^\n]*$', re.M)
+# A Reflector section: ``## Group `g12` `` (or ``## Group `g1` `g5` `` for one section condensing several groups).
+_SECTION_RE = re.compile(r'^#{1,6}[ \t]+Group[ \t]+`?([^`\s]+)`?([^\n]*)$', re.M)
+_SECTION_IDS_RE = re.compile(r'`([^`\s]+)`')
 _RANGE_LINE_RE = re.compile(r'^_range: `[^`\n]*`_[ \t]*$\n?', re.M)
 _INT_RANGE_RE = re.compile(r'^(#?)(\d+):#?(\d+)$')
+_DATE_LINE_RE = re.compile(r'^Date:\s*(.+?)\s*$')
 # Any group tag, opening or closing, however a model spelled it: never part of an observation's own text.
 _ANY_GROUP_TAG_RE = re.compile(r'^[ \t]*</?observation-group\b[^>\n]*>[ \t]*\n?|</?observation-group\b[^>\n]*>', re.M)
 
@@ -564,7 +567,19 @@ def render_observation_groups_for_actor(text: str) -> str:
     groups = parse_observation_groups(text)
     if not groups:
         return text
-    return _rewrite_groups(text, groups, lambda g: f'{_actor_header(g)}\n{g.content}')
+    rendered = _rewrite_groups(text, groups, lambda g: f'{_actor_header(g)}\n{g.content}')
+    # Each batch repeats the day it was observed on; under a group header, a `Date:` line naming the day the log is
+    # already on says nothing new (and costs tokens on every step).
+    out: list[str] = []
+    day: str | None = None
+    for line in rendered.split('\n'):
+        header = _DATE_LINE_RE.match(line)
+        if header is not None:
+            if header.group(1) == day and out and out[-1].startswith('## Message'):
+                continue
+            day = header.group(1)
+        out.append(line)
+    return '\n'.join(out)
 
 
 def combine_observation_group_ranges(ranges: Iterable[str]) -> str:
@@ -606,11 +621,11 @@ def reconcile_observation_groups_from_reflection(reflection: str, source: str) -
     """Turn a reflection of grouped observations back into canonical `<observation-group>` markup.
 
     The Reflector sees groups as ``## Group `id` `` sections. Each section it writes is mapped back to source
-    groups: the one with the same id, else those sharing at least one line with it, else the one at the same
-    position; the new group's range combines theirs, so recall still reaches the raw messages. A section keeps its id
-    when it names a source group, else takes the first matched source group's id; ids stay unique. A reflection with
-    no sections becomes one `kind="reflection"` group spanning every source range. Group tags the Reflector wrote
-    itself are dropped, so the result is always well formed.
+    groups: the ones its header names (``## Group `g1` `g5` `` condenses two), else those sharing at least one line
+    with it, else the one at the same position; the new group's range combines theirs, so recall still reaches the
+    raw messages. A section keeps its id when it names a source group, else takes the first matched source group's
+    id; ids stay unique. A reflection with no sections becomes one `kind="reflection"` group spanning every source
+    range. Group tags the Reflector wrote itself are dropped, so the result is always well formed.
 
     Args:
         reflection: The Reflector's observations.
@@ -640,10 +655,11 @@ def reconcile_observation_groups_from_reflection(reflection: str, source: str) -
         pieces.append(preamble)  # text the Reflector put before the first section stays, ungrouped
     for index, header in enumerate(headers):
         section_id = header.group(1)
+        named = [section_id, *_SECTION_IDS_RE.findall(header.group(2))]
         body_end = headers[index + 1].start() if index + 1 < len(headers) else len(reflection)
         body = reflection[header.end() : body_end].strip()
-        if section_id in by_id:
-            matched = [by_id[section_id]]
+        if any(name in by_id for name in named):
+            matched = [by_id[name] for name in dict.fromkeys(named) if name in by_id]
         else:
             body_lines = {line.strip() for line in body.split('\n') if line.strip()}
             matched = [g for g, lines in zip(source_groups, source_lines, strict=True) if lines & body_lines]

@@ -516,7 +516,8 @@ class Reflection:
         if job.reason == 'buffer':
             # A buffered reflection condenses the leading lines only, asking for a modest reduction (spec §12.5).
             part = self._buffered_slice(record)
-            snapshot, line_count, input_tokens = part.text, part.line_count, part.input_tokens
+            # The slice's real size (not the per-line estimate): validation compares the draft with it.
+            snapshot, line_count, input_tokens = part.text, part.line_count, rt.counter.count_observations(part.text)
             target, start_level = part.target_tokens, 1
         try:
             with rt.writer.holding(record, name, owner, ttl_s=WORKFLOW_LEASE_S):
