@@ -343,8 +343,10 @@ __all__ = ['Backlog', 'ObservationBuffering']
 def grouped(chunk: BufferedChunk) -> str:
     """A buffered chunk as it joins the log in retrieval mode: wrapped in the observation group of its messages (a
     chunk buffered before groups were written at activation is already wrapped)."""
-    if '<observation-group' in chunk.observations:
-        return chunk.observations
+    text = chunk.observations.strip()
+    if text.startswith('<observation-group') and text.endswith('</observation-group>'):
+        if ctx.group_markup_problem(text) is None:
+            return text
     return ctx.wrap_in_observation_group(
         chunk.observations, ctx.group_range(chunk.start_seq, chunk.end_seq), group_id=ctx.group_id_for(chunk.start_seq)
     )

@@ -156,7 +156,7 @@ class ThreadStrategy:
 
     def compose(self, text: str, observation: ThreadObservation, record: OMRecord) -> str:
         """Append after a message boundary, wrapped in an observation group when retrieval is on."""
-        block = observation.parsed.observations.strip()
+        block = ctx.strip_group_tags(observation.parsed.observations).strip()
         backlog = observation.backlog
         if self.rt.settings.retrieval is not None:
             block = ctx.wrap_in_observation_group(
@@ -666,7 +666,7 @@ class ObservationPipeline:
         if outcome.failed:
             return outcome.failed[0]
         parsed = outcome.observed[0].parsed
-        text = parsed.observations.strip()
+        text = ctx.strip_group_tags(parsed.observations).strip()
         if not text:
             return None
         # (In retrieval mode activation wraps the chunk in its observation group.)

@@ -183,8 +183,13 @@ class Reflection:
             check=lambda reflected: reflection_problem(reflected, text),
         )
         reflected = ladder.observations.strip()
-        if retrieval:
-            reflected = ctx.reconcile_observation_groups_from_reflection(reflected, snapshot) or reflected
+        # Group markup comes from the log's own groups (reconciled), never from tags the model wrote.
+        reconciled = ctx.reconcile_observation_groups_from_reflection(reflected, snapshot) if retrieval else None
+        reflected = reconciled if reconciled is not None else ctx.strip_group_tags(reflected).strip()
+        if not reflected.strip():
+            raise refl.InvalidReflectionError(
+                'the reflection held nothing but group tags; an empty log would erase memory'
+            )
         reflected_tokens = self.rt.counter.count_observations(reflected)
         source_tokens = self.rt.counter.count_observations(snapshot)
         if reflected_tokens >= source_tokens:
