@@ -155,6 +155,9 @@ class Reflection:
         )
         retrieval = s.retrieval is not None
         text = ctx.render_observation_groups_for_reflection(snapshot) or snapshot if retrieval else snapshot
+        # Message boundaries date each batch for the Actor's prompt cache; the Reflector rewrites the whole text and
+        # writes none back, and its lines keep their own dates and times: it reads (and is billed for) no boundary.
+        text = ctx.BOUNDARY_RE.sub('\n\n', text).strip()
 
         def call(user_prompt: str, level: int) -> str:
             request = ModelRequest(
