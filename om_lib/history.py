@@ -504,8 +504,9 @@ def _forget_in_resource_record(
     cursor = head.cursor(thread_id)
     if cursor == 0 or (doomed is not None and not any(s <= cursor for s in doomed)):
         return False  # nothing observed from what was deleted
-    if head.origin == 'reflection':
-        # A reflection may have merged this thread's lines with others': start the resource memory over.
+    if head.origin in ('reflection', 'archive'):
+        # A reflection may have merged this thread's lines with others' (an archive generation may descend from one):
+        # start the resource memory over.
         writer.commit_generation(head, lambda cur: _reset(writer, cur))
         for other in head.cursors:
             store.mark_pending(head.resource_id, other, now=now)
