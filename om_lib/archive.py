@@ -29,6 +29,7 @@ from om_lib import context as ctx
 from om_lib import resource_scope as rs
 from om_lib.config import ArchiveSettings
 from om_lib.parts import CycleParts, ObservationsArchived
+from om_lib.record_writer import lease_active
 from om_lib.records import ArchivedGroup, OMRecord
 from om_lib.runtime import Runtime
 
@@ -317,13 +318,15 @@ class Archive:
         """Archive the oldest groups of a log past its bound, in one conditional write; the record as it is after."""
         rt = self.rt
         settings = rt.settings.archive
-        if record.observation_tokens <= settings.after_tokens:
+        if record.observation_tokens <= settings.after_tokens or self._reflecting(record):
             return record
         count = rt.counter.count_observations
         moved: list[tuple[ArchivedGroup, ...]] = []
         now = rt.clock.now()
 
         def build(current: OMRecord) -> OMRecord | None:
+            if self._reflecting(current):
+                return None
             plan = plan_archive(current.active_observations, count, settings)
             if plan is None:
                 return None
@@ -335,8 +338,8 @@ class Archive:
                 active_observations=plan.retained,
                 observation_tokens=count(plan.retained),
                 archived=(*current.archived, *entries),
-                # The bound wins over a reflection that has not landed: one staged (or still running, whose commit
-                # will find a new generation) was drafted from lines that are no longer where it would put them.
+                # A staged reflection nobody activated was drafted from lines that are no longer where it would
+                # put them.
                 buffered_reflection=None,
                 buffered_reflection_tokens=None,
                 buffered_reflection_input_tokens=None,
@@ -365,3 +368,10 @@ class Archive:
             )
         )
         return committed
+
+    def _reflecting(self, record: OMRecord) -> bool:
+        """A reflection of this very log is running (a step's, or the workflow's, staging or committing): its result
+        will shrink the log, and a new generation now would make it unusable (a model call thrown away). The bound
+        waits for it; the log may pass it meanwhile by what is observed while it runs."""
+        now = self.rt.clock.now()
+        return lease_active(record.reflecting, now) or lease_active(record.buffering_reflection, now)

@@ -35,7 +35,8 @@ pytestmark = pytest.mark.e2e
 
 CONFIG: dict[str, Any] = {
     'model': 'default',
-    'observation': {'messageTokens': 200, 'bufferTokens': False},
+    # (the archive bound far away: these pages show a log that reflection keeps small)
+    'observation': {'messageTokens': 200, 'bufferTokens': False, 'archive': {'afterTokens': 10_000}},
     # (groups cost a few tokens: the six facts pass 200 observation tokens, not 300)
     'reflection': {'observationTokens': 200},
     'retrieval': True,
@@ -191,7 +192,7 @@ def test_the_recall_form_returns_the_api_s_page(page, stack, api, trip, artifact
 
 def test_a_failed_reflection_shows_its_reason(page, stack, api, artifacts) -> None:
     thread = 'refused'
-    # Enough said for the log to pass observationTokens (300) once the turns before each input are observed
+    # Enough said for the log to pass observationTokens (200) once the turns before each input are observed
     for fact in FACTS + FACTS:
         chat(api, thread, f'{REFUSE_MARKER} {fact}')
     stack.drain()
