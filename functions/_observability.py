@@ -28,6 +28,7 @@ SERVICE = os.environ.get('POWERTOOLS_SERVICE_NAME', 'observational-memory')
 NAMESPACE = 'ObservationalMemory'
 OBSERVATION_FAILURES = 'ObservationFailures'
 REFLECTION_FAILURES = 'ReflectionFailures'
+ANSWER_NOTES = 'AnswerNotes'
 # What the tracer patches: every AWS call (botocore). Model calls get a subsegment at the adapter (`_patch_once`):
 # google-genai may run on httpx2, which the X-Ray SDK cannot patch.
 TRACED_MODULES = ('botocore',)
@@ -124,6 +125,7 @@ def record_parts_metrics(parts: Iterable[Mapping[str, Any]]) -> None:
     totals: Counter[str] = Counter()
     durations: list[tuple[str, int]] = []
     failures: Counter[tuple[str, str]] = Counter()
+    notes: Counter[str] = Counter()
     for part in parts:
         kind, data = part.get('type'), part.get('data') or {}
         reflection = data.get('operationType') == 'reflection'
@@ -142,6 +144,12 @@ def record_parts_metrics(parts: Iterable[Mapping[str, Any]]) -> None:
         elif kind in ('data-om-observation-failed', 'data-om-buffering-failed'):
             name = REFLECTION_FAILURES if reflection else OBSERVATION_FAILURES
             failures[(name, str(data.get('reason') or 'error'))] += 1
+        elif kind == 'data-om-observations-archived':
+            totals['ObservationGroupsArchived'] += int(data.get('groupsArchived') or 0)
+            totals['ArchivedObservationTokens'] += int(data.get('tokensArchived') or 0)
+        if kind == 'data-om-observation-end':
+            for note in data.get('notes') or ():
+                notes[str(note)] += 1
     for name, value in totals.items():
         if value:
             metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
@@ -149,6 +157,14 @@ def record_parts_metrics(parts: Iterable[Mapping[str, Any]]) -> None:
         metrics.add_metric(name=name, unit=MetricUnit.Milliseconds, value=value)
     for (name, reason), count in failures.items():
         record_failure(name, reason, count)
+    for note, count in notes.items():
+        record_note(note, count)
+
+
+def record_note(note: str, count: int = 1) -> None:
+    """`count` answers accepted with a doubt (`AnswerNotes`, dimensions `service` and `note`): a check was unsure
+    about them (om_lib/log_check.py) but refuses only what is certainly not an observation log."""
+    _single(ANSWER_NOTES, count, {'service': SERVICE, 'note': note})
 
 
 def record_failure(name: str, reason: str, count: int = 1) -> None:
@@ -194,5 +210,8 @@ def record_workflow_metrics(task: str, result: Mapping[str, Any], error: str | N
         _single('ReflectionOutputTokens', int(result.get('tokens') or 0), {'service': SERVICE})
     elif task == 'reflect' and outcome in ('not_smaller', 'invalid_reflection'):
         record_failure(REFLECTION_FAILURES, str(outcome))
+    elif task == 'reflect' and outcome == 'reflected':
+        for note in result.get('notes') or ():
+            record_note(str(note))
     elif task == 'release':
         record_failure(REFLECTION_FAILURES, _WORKFLOW_FAILURE_REASONS.get(error or '', 'error'))

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from om_lib import buffering as buf
 from om_lib import context as ctx
+from om_lib.archive import catalog_line
 from om_lib.messages import Message, TextPart
 from om_lib.parts import BufferedWindows, Status
 from om_lib.record_writer import lease_active
@@ -20,10 +21,16 @@ def system_text(rt: Runtime, record: OMRecord, thread: Thread, *, now: datetime,
     other conversations' unobserved messages. Empty when there is neither.
 
     `now` is the step's time (`messages.now_of`): relative dates ("2 weeks ago") are counted from it."""
-    if not record.active_observations.strip() and not other_conversations:
+    if not record.active_observations.strip() and not other_conversations and not record.archived:
         return ''
     retrieval = rt.settings.retrieval
     default_scope = 'resource' if rt.settings.scope == 'resource' else 'thread'
+    catalog = catalog_line(
+        record.archived,
+        rt.counter.count_string,
+        max_tokens=rt.settings.archive.max_catalog_tokens,
+        recall=retrieval is not None,
+    )
     messages = ctx.build_observation_system_messages(
         record.active_observations,
         now=now,
@@ -32,6 +39,7 @@ def system_text(rt: Runtime, record: OMRecord, thread: Thread, *, now: datetime,
         retrieval=retrieval is not None,
         retrieval_scope=retrieval.scope if retrieval is not None else default_scope,
         other_conversations=other_conversations or None,
+        archived_catalog=catalog,
     )
     return ctx.join_system_messages(messages)
 

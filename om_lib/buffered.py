@@ -18,12 +18,13 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from om_lib import buffering as buf
+from om_lib import context as ctx
 from om_lib.background import deliver_background_parts, finish_background
 from om_lib.errors import ThreadNotFoundError
 from om_lib.messages import Message
 from om_lib.observation import Backlog, ObservationPipeline, ThreadFailure, backlog_of, update_thread_hints
 from om_lib.parts import Activation, BufferingEnd, BufferingFailed, CycleParts, with_observations
-from om_lib.records import Lease, ObservationGroup, OMRecord, Thread
+from om_lib.records import BufferedChunk, Lease, ObservationGroup, OMRecord, Thread
 from om_lib.runtime import Runtime, before_step_input, has_pending_tool_call
 from om_lib.thresholds import resolve_retention_floor
 from om_lib.work import Job
@@ -168,13 +169,18 @@ class ObservationBuffering:
             if tuple(c.id for c in live[:count]) != planned:
                 return None  # another step activated (or observed) meanwhile
             act = buf.activate_chunks(
-                current.active_observations, live, count, cursor=cursor, last_observed_at=current.last_observed_at
+                current.active_observations,
+                live,
+                count,
+                cursor=cursor,
+                last_observed_at=current.last_observed_at,
+                render=grouped if s.retrieval is not None else None,
             )
             done[:] = [act]
             now = rt.clock.now()
             groups = tuple(
                 ObservationGroup(
-                    id=c.id[-16:],
+                    id=ctx.group_id_for(c.start_seq),
                     thread_id=thread_id,
                     start_id=c.message_ids[0],
                     end_id=c.message_ids[-1],
@@ -334,3 +340,15 @@ class ObservationBuffering:
 
 
 __all__ = ['Backlog', 'ObservationBuffering']
+
+
+def grouped(chunk: BufferedChunk) -> str:
+    """A buffered chunk as it joins the log in retrieval mode: wrapped in the observation group of its messages (a
+    chunk buffered before groups were written at activation is already wrapped)."""
+    text = chunk.observations.strip()
+    if text.startswith('<observation-group') and text.endswith('</observation-group>'):
+        if ctx.group_markup_problem(text) is None:
+            return text
+    return ctx.wrap_in_observation_group(
+        chunk.observations, ctx.group_range(chunk.start_seq, chunk.end_seq), group_id=ctx.group_id_for(chunk.start_seq)
+    )

@@ -192,19 +192,22 @@ def activate_chunks(
     *,
     cursor: int,
     last_observed_at: datetime | None,
+    render: Callable[[BufferedChunk], str] | None = None,
 ) -> Activation:
     """Append the first `count` chunks to the active log (storage swap, spec §11.2).
 
-    The chunks' observations are joined with a blank line and appended after one message boundary dated at the last
-    activated chunk; the cursor and `lastObservedAt` never move backward. Continuation hints come from the last
-    activated chunk only (a chunk without hints yields none: the caller decides whether to keep older ones).
+    The chunks' observations (each as `render(chunk)` gives it: retrieval mode wraps it in its observation group) are
+    joined with a blank line and appended after one message boundary dated at the last activated chunk; the cursor and
+    `lastObservedAt` never move backward. Continuation hints come from the last activated chunk only (a chunk without
+    hints yields none: the caller decides whether to keep older ones).
     """
     count = max(0, min(count, len(chunks)))
     activated = tuple(chunks[:count])
     remaining = tuple(chunks[count:])
     if not activated:
         return Activation(active_observations, (), remaining, cursor, last_observed_at, 0, 0, None, None, None)
-    content = '\n\n'.join(c.observations.strip() for c in activated if c.observations.strip())
+    shown = render or (lambda chunk: chunk.observations)
+    content = '\n\n'.join(shown(c).strip() for c in activated if c.observations.strip())
     observed_at = activated[-1].last_observed_at
     if active_observations.strip() and content:
         text = active_observations + ctx.message_boundary(observed_at) + content
@@ -248,9 +251,23 @@ def reflection_slice(
         # One line bigger than the whole activation point: reflect that line rather than nothing.
         text = active_observations.split('\n')[0]
         count, estimate = 1, observation_tokens
+    lines = active_observations.split('\n')
+    ends = group_end_lines(active_observations)
+    if ends and count < len(lines) and count not in ends:
+        # Never cut an observation group in two (the merge would leave half its markup): end at the last group end
+        # inside the slice, or at the first one after it.
+        inside = [end for end in ends if end <= count]
+        count = inside[-1] if inside else min(end for end in ends if end > count)
+        text = '\n'.join(lines[:count])
+        estimate = math.floor(observation_tokens * count / len(lines) + 0.5)
     return ReflectionSlice(
         text=text,
         line_count=count,
         input_tokens=estimate,
         target_tokens=math.floor(BUFFERED_REFLECTION_TARGET * estimate + 0.5),
     )
+
+
+def group_end_lines(text: str) -> list[int]:
+    """For each observation group of a log, the number of lines up to and including its closing tag (ascending)."""
+    return [text.count('\n', 0, group.end) + 1 for group in ctx.parse_observation_groups(text)]

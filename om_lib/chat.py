@@ -67,6 +67,7 @@ from om_lib.llm import (
 from om_lib.messages import FilePart, ImagePart, Message, TextPart, ToolCallPart, ToolResultPart, time_of
 from om_lib.parts import ActorFailed, CycleParts, OMPart, ReplyUnsaved
 from om_lib.recall import RecallRequest, recall
+from om_lib.records import record_key
 from om_lib.step import check_ids
 from om_lib.working_memory import TOOL_NAME as WORKING_MEMORY_TOOL
 from om_lib.working_memory import WorkingMemory
@@ -453,6 +454,7 @@ class ChatService:
                 scope=scope,
                 semantic=self.semantic if retrieval is not None and retrieval.vector else None,
                 obscure_thread_ids=self.engine.settings.obscure_thread_ids,
+                memory_key=record_key(self.engine.settings.scope, resource_id, thread_id),
             )
             return result, False
         except InvalidInputError as exc:

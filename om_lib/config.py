@@ -51,8 +51,10 @@ __all__ = [
     'ModelRole',
     'ModelSettings',
     'ModelSpec',
+    'ArchiveSettings',
     'ModelTiers',
     'OMConfig',
+    'ObservationArchiveConfig',
     'ObservationConfig',
     'ReflectionConfig',
     'ResolvedOMConfig',
@@ -97,6 +99,10 @@ DEFAULT_MAX_OUTPUT_TOKENS = 100_000
 DEFAULT_LAST_MESSAGES = 10
 OBSERVER_THINKING_BUDGET = 215
 REFLECTOR_THINKING_BUDGET = 1024
+# The archive bound (`observation.archive`): multiples of observationTokens, and the catalog line's ceiling.
+DEFAULT_ARCHIVE_AFTER = 1.5
+DEFAULT_ARCHIVE_KEEP = 0.5
+DEFAULT_ARCHIVE_MAX_CATALOG_TOKENS = 2000
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -265,6 +271,31 @@ class ModelSettings(_Doc):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+class ObservationArchiveConfig(_Doc):
+    """`observation.archive`: the bound that keeps memory small when reflection cannot (no model call).
+
+    Past `afterTokens` of observations, the oldest observation groups move into an archive kept with the memory, until
+    about `keepTokens` remain; the Actor sees one `<archived-observations>` line instead (at most `maxCatalogTokens`),
+    and the recall tool's `mode: "observations"` pages the archived groups back. Nothing is deleted.
+    """
+
+    after_tokens: Count | None = Field(
+        default=None,
+        gt=0,
+        description='Observation tokens past which the oldest groups are archived (1.5 × observationTokens).',
+    )
+    keep_tokens: Count | None = Field(
+        default=None,
+        gt=0,
+        description='About how many of the newest observation tokens stay (0.5 × observationTokens).',
+    )
+    max_catalog_tokens: Count = Field(
+        default=DEFAULT_ARCHIVE_MAX_CATALOG_TOKENS,
+        ge=0,
+        description='Most tokens the `<archived-observations>` line may take (0 leaves it out).',
+    )
+
+
 class ObservationConfig(_Doc):
     """`observation`: when the Observer runs and how (spec §3.1)."""
 
@@ -290,6 +321,10 @@ class ObservationConfig(_Doc):
     )
     previous_observer_tokens: NumberOrFalse | None = Field(
         default=None, description="Budget for the Observer's view of earlier observations; false = no truncation."
+    )
+    archive: ObservationArchiveConfig = Field(
+        default_factory=ObservationArchiveConfig,
+        description='The bound past which the oldest observation groups are archived (no model call).',
     )
 
 
@@ -442,6 +477,21 @@ class SemanticRecallSettings:
 
 
 @dataclass(frozen=True)
+class ArchiveSettings:
+    """Resolved `observation.archive`.
+
+    Attributes:
+        after_tokens: Past this many observation tokens the oldest groups are archived.
+        keep_tokens: About how many of the newest observation tokens stay active.
+        max_catalog_tokens: The `<archived-observations>` line's ceiling (0: never shown).
+    """
+
+    after_tokens: int
+    keep_tokens: int
+    max_catalog_tokens: int
+
+
+@dataclass(frozen=True)
 class TitleGenerationSettings:
     """Resolved `generateTitle` (None in `ResolvedOMConfig` when off).
 
@@ -491,6 +541,7 @@ class ResolvedOMConfig:
         semantic_recall: Semantic recall settings, None when off.
         title_generation: Title generation settings, None when off.
         last_messages: How many recent messages a step includes when observational memory is off (0: none).
+        archive: The archive bound (`observation.archive`, with its defaults applied).
     """
 
     enabled: bool
@@ -525,6 +576,11 @@ class ResolvedOMConfig:
     semantic_recall: SemanticRecallSettings | None
     title_generation: TitleGenerationSettings | None
     last_messages: int = DEFAULT_LAST_MESSAGES
+    archive: ArchiveSettings = ArchiveSettings(
+        after_tokens=math.floor(DEFAULT_OBSERVATION_TOKENS * DEFAULT_ARCHIVE_AFTER),
+        keep_tokens=math.floor(DEFAULT_OBSERVATION_TOKENS * DEFAULT_ARCHIVE_KEEP),
+        max_catalog_tokens=DEFAULT_ARCHIVE_MAX_CATALOG_TOKENS,
+    )
 
     def models_by_role(self) -> dict[ModelRole, tuple[ModelRef, ...]]:
         """Every model each role may call (each size tier and fallback entry); roles that are off are left out.
@@ -833,6 +889,8 @@ def _resolve(config: OMConfig) -> ResolvedOMConfig:
                 '(blockAfter only applies when async reflection is enabled)'
             )
 
+    archive = _resolve_archive(observation.archive, observation_tokens)
+
     observer_settings, reflector_settings = observation.model_settings, reflection.model_settings
     actor_model = parse_model_spec(config.actor_model)
     return ResolvedOMConfig(
@@ -882,7 +940,32 @@ def _resolve(config: OMConfig) -> ResolvedOMConfig:
         semantic_recall=_resolve_semantic_recall(config.semantic_recall),
         title_generation=_resolve_title_generation(config.generate_title, actor_model),
         last_messages=0 if config.last_messages is False else config.last_messages,
+        archive=archive,
     )
+
+
+def _resolve_archive(archive: ObservationArchiveConfig, observation_tokens: int) -> ArchiveSettings:
+    """`observation.archive` with its defaults (multiples of `reflection.observationTokens`), checked."""
+    after = (
+        archive.after_tokens
+        if archive.after_tokens is not None
+        else math.floor(observation_tokens * DEFAULT_ARCHIVE_AFTER + 0.5)
+    )
+    keep = (
+        archive.keep_tokens
+        if archive.keep_tokens is not None
+        else math.floor(observation_tokens * DEFAULT_ARCHIVE_KEEP + 0.5)
+    )
+    if keep >= after:
+        where = (
+            'observation.archive.keepTokens' if archive.keep_tokens is not None else 'observation.archive.afterTokens'
+        )
+        raise ValueError(
+            f'{where}: keepTokens ({keep}) must be less than afterTokens ({after}): archiving moves the oldest '
+            'observations out until about keepTokens remain, so it must leave less than the bound that started it '
+            f'(the defaults are {DEFAULT_ARCHIVE_AFTER:g} and {DEFAULT_ARCHIVE_KEEP:g} × reflection.observationTokens)'
+        )
+    return ArchiveSettings(after_tokens=after, keep_tokens=keep, max_catalog_tokens=archive.max_catalog_tokens)
 
 
 def _resolve_retrieval(retrieval: bool | RetrievalConfig) -> RetrievalSettings | None:

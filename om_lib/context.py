@@ -13,7 +13,6 @@ from __future__ import annotations
 import html
 import math
 import re
-import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -345,12 +344,25 @@ def add_relative_time_to_observations(text: str, now: datetime | date) -> str:
 # Observation groups (§18.1)
 # ----------------------------------------------------------------------------------------------------------------
 
+# In retrieval mode every observation batch is stored as
+#     <observation-group id="g12" range="#12:#19">
+#     …observations…
+#     </observation-group>
+# The range names the batch's messages by their sequence numbers in the thread (`#12` is the message with seq 12;
+# `#` never occurs in a message id, so the two cannot be confused). It costs a few tokens where two client-chosen
+# message ids cost dozens, and the recall tool maps it back to the messages. Groups written before (a 16-hex id and
+# a `startMessageId:endMessageId` range) still parse and render.
 _GROUP_OPEN = '<observation-group'
 _GROUP_CLOSE = '</observation-group>'
 _ATTRIBUTE_RE = re.compile(r'([A-Za-z_][\w-]*)="([^"]*)"')
-_SECTION_RE = re.compile(r'^## Group `([^`\n]+)`[ \t]*$', re.M)
+# A Reflector section: ``## Group `g12` `` (or ``## Group `g1` `g5` `` for one section condensing several groups).
+_SECTION_RE = re.compile(r'^#{1,6}[ \t]+Group[ \t]+`?([^`\s]+)`?([^\n]*)$', re.M)
+_SECTION_IDS_RE = re.compile(r'`([^`\s]+)`')
 _RANGE_LINE_RE = re.compile(r'^_range: `[^`\n]*`_[ \t]*$\n?', re.M)
-_INT_RANGE_RE = re.compile(r'^(\d+):(\d+)$')
+_INT_RANGE_RE = re.compile(r'^(#?)(\d+):#?(\d+)$')
+_DATE_LINE_RE = re.compile(r'^Date:\s*(.+?)\s*$')
+# Any group tag, opening or closing, however a model spelled it: never part of an observation's own text.
+_ANY_GROUP_TAG_RE = re.compile(r'^[ \t]*</?observation-group\b[^>\n]*>[ \t]*\n?|</?observation-group\b[^>\n]*>', re.M)
 
 
 @dataclass(frozen=True)
@@ -359,7 +371,7 @@ class ObservationGroup:
 
     Attributes:
         id: The group id.
-        range: `startMessageId:endMessageId` (or a comma list of such ranges after reflection).
+        range: `#start:#end` (message seqs), a legacy `startMessageId:endMessageId`, or '' when unknown.
         content: The trimmed text inside the group.
         kind: The optional `kind` attribute.
         start: Offset of the opening tag in the scanned text.
@@ -379,37 +391,49 @@ class ObservationGroup:
 _GroupRenderer = Callable[[ObservationGroup], str]
 
 
+def group_range(start_seq: int, end_seq: int) -> str:
+    """The range of a group of messages `start_seq`..`end_seq` of one thread: `#12:#19`."""
+    return f'#{start_seq}:#{end_seq}'
+
+
+def group_id_for(start_seq: int) -> str:
+    """The id of a group that begins at message `start_seq`: `g12` (unique in a thread's log: batches never overlap)."""
+    return f'g{start_seq}'
+
+
+def strip_group_tags(text: str) -> str:
+    """Remove every group tag (opening or closing, with its line when alone on it) from a model's text, so an echoed
+    or invented tag can never unbalance the stored markup."""
+    return _ANY_GROUP_TAG_RE.sub('', text)
+
+
 def _format_group(group_id: str, range_: str, content: str, extra: dict[str, str] | None = None) -> str:
-    # Message ids are client-chosen: escape them so a quote or '>' in an id cannot break the tag.
-    attributes = {'id': group_id, 'range': range_, **(extra or {})}
+    # Ids and ranges may come from a model or a client: escape them so a quote or '>' cannot break the tag.
+    attributes = {'id': group_id, **({'range': range_} if range_ else {}), **(extra or {})}
     rendered = ' '.join(f'{key}="{html.escape(value, quote=True)}"' for key, value in attributes.items())
-    return f'<observation-group {rendered}>\n{content.strip()}\n{_GROUP_CLOSE}'
+    return f'<observation-group {rendered}>\n{strip_group_tags(content).strip()}\n{_GROUP_CLOSE}'
 
 
-def wrap_in_observation_group(
-    observations: str, start_id: str, end_id: str, *, group_id: str | None = None, kind: str | None = None
-) -> str:
+def wrap_in_observation_group(observations: str, range_: str, *, group_id: str, kind: str | None = None) -> str:
     """Wrap one observation batch in a group that points back at the messages it came from (retrieval mode).
 
     Args:
-        observations: The batch's observations.
-        start_id: Id of the first observed message.
-        end_id: Id of the last observed message.
-        group_id: The group id; 16 random hex characters when omitted.
+        observations: The batch's observations (any group tags in them are removed).
+        range_: The messages it came from, `#start:#end` (see `group_range`).
+        group_id: The group id (see `group_id_for`).
         kind: Optional `kind` attribute.
 
     Returns:
-        `<observation-group id=".." range="start:end">\\n…\\n</observation-group>`.
+        `<observation-group id=".." range="..">\\n…\\n</observation-group>`.
     """
-    extra = {'kind': kind} if kind else None
-    return _format_group(group_id or secrets.token_hex(8), f'{start_id}:{end_id}', observations, extra)
+    return _format_group(group_id, range_, observations, {'kind': kind} if kind else None)
 
 
 def parse_observation_groups(text: str) -> list[ObservationGroup]:
     """Find the observation groups in a text with a small scanner (a regex would mis-handle nesting and noise).
 
     A group opens with `<observation-group` followed by whitespace, its attributes and `>`, and ends at the next
-    `</observation-group>`. Groups without an `id` or `range` attribute are ignored.
+    `</observation-group>`. Groups without an `id` are ignored (their text stays as it is).
 
     Args:
         text: Observation text.
@@ -435,11 +459,11 @@ def parse_observation_groups(text: str) -> list[ObservationGroup]:
             break
         attributes = {k: html.unescape(v) for k, v in _ATTRIBUTE_RE.findall(text[after_name:tag_end])}
         end = close + len(_GROUP_CLOSE)
-        if attributes.get('id') and attributes.get('range'):
+        if attributes.get('id'):
             groups.append(
                 ObservationGroup(
                     id=attributes['id'],
-                    range=attributes['range'],
+                    range=attributes.get('range', ''),
                     content=text[tag_end + 1 : close].strip(),
                     kind=attributes.get('kind'),
                     start=start,
@@ -449,6 +473,24 @@ def parse_observation_groups(text: str) -> list[ObservationGroup]:
             )
         pos = end
     return groups
+
+
+def group_markup_problem(text: str) -> str | None:
+    """What is wrong with the group markup of a log (None when it is well formed): every opening tag is closed
+    before the next one opens, no closing tag is left without its opening tag, every group has an id."""
+    depth = 0
+    for match in re.finditer(r'<(/?)observation-group\b([^>]*)>', text):
+        if match.group(1):
+            if depth == 0:
+                return f'a closing tag without its opening tag at offset {match.start()}'
+            depth = 0
+        else:
+            if depth:
+                return f'a group opens inside another at offset {match.start()}'
+            if not _ATTRIBUTE_RE.search(match.group(2)) or 'id="' not in match.group(2):
+                return f'a group without an id at offset {match.start()}'
+            depth = 1
+    return 'a group is never closed' if depth else None
 
 
 def _rewrite_groups(text: str, groups: list[ObservationGroup], render_group: _GroupRenderer) -> str:
@@ -474,10 +516,22 @@ def strip_observation_groups(text: str) -> str:
     return _rewrite_groups(text, parse_observation_groups(text), lambda g: g.content)
 
 
-def render_observation_groups_for_reflection(text: str) -> str | None:
-    """Render groups as markdown sections the Reflector (and the Actor in retrieval mode) can read.
+def range_ends(range_: str) -> tuple[str, str] | None:
+    """The first and the last message of a range (`#12:#19`, a legacy `a:b` or a comma list of them), or None."""
+    segments = [s.strip() for s in range_.split(',') if s.strip()]
+    if not segments:
+        return None
+    first, last = segments[0], segments[-1]
+    start = first[: first.index(':')] if ':' in first else first
+    end = last[last.rindex(':') + 1 :] if ':' in last else last
+    return (start, end) if start and end else None
 
-    Each group becomes ``## Group `id` `` + ``_range: `a:b`_`` + its content; ungrouped text stays in place.
+
+def render_observation_groups_for_reflection(text: str) -> str | None:
+    """Render groups as markdown sections the Reflector can read and keep: ``## Group `id` `` + its content.
+
+    The Reflector needs no ranges (`reconcile_observation_groups_from_reflection` maps its sections back to the
+    groups they came from); ungrouped text stays in place.
 
     Args:
         text: Observation text.
@@ -488,14 +542,51 @@ def render_observation_groups_for_reflection(text: str) -> str | None:
     groups = parse_observation_groups(text)
     if not groups:
         return None
-    return _rewrite_groups(text, groups, lambda g: f'## Group `{g.id}`\n_range: `{g.range}`_\n\n{g.content}')
+    return _rewrite_groups(text, groups, lambda g: f'## Group `{g.id}`\n\n{g.content}')
+
+
+def _actor_header(group: ObservationGroup) -> str:
+    # The group id is the Reflector's handle; the Actor needs only the messages (its recall cursors).
+    ends = range_ends(group.range)
+    if ends is None:
+        return '## Messages (range unknown)'
+    start, end = ends
+    return f'## Messages {start}–{end}' if start != end else f'## Message {start}'
+
+
+def render_observation_groups_for_actor(text: str) -> str:
+    """The log as the Actor is shown it (and as its tokens are counted): each group as one header line naming the
+    messages it came from (`## Messages #12–#19`) above its content; no tags.
+
+    Args:
+        text: Observation text.
+
+    Returns:
+        The rendered text (the text itself when it has no groups).
+    """
+    groups = parse_observation_groups(text)
+    if not groups:
+        return text
+    rendered = _rewrite_groups(text, groups, lambda g: f'{_actor_header(g)}\n{g.content}')
+    # Each batch repeats the day it was observed on; under a group header, a `Date:` line naming the day the log is
+    # already on says nothing new (and costs tokens on every step).
+    out: list[str] = []
+    day: str | None = None
+    for line in rendered.split('\n'):
+        header = _DATE_LINE_RE.match(line)
+        if header is not None:
+            if header.group(1) == day and out and out[-1].startswith('## Message'):
+                continue
+            day = header.group(1)
+        out.append(line)
+    return '\n'.join(out)
 
 
 def combine_observation_group_ranges(ranges: Iterable[str]) -> str:
     """Merge the ranges of several groups into one range attribute.
 
-    Numeric ranges (`3:5`, `7:9`) merge into one span (`3:9`); message-id ranges cannot be ordered, so they are
-    kept as a de-duplicated comma list (`m1:m2,m3:m4`).
+    Sequence ranges (`#3:#5`, `#7:#9`, or bare `3:5`) merge into one span (`#3:#9`); legacy message-id ranges cannot
+    be ordered, so they are kept as a de-duplicated comma list (`m1:m2,m3:m4`).
 
     Args:
         ranges: Range strings, each possibly a comma list itself.
@@ -511,18 +602,30 @@ def combine_observation_group_ranges(ranges: Iterable[str]) -> str:
                 segments.append(segment)
     numeric = [_INT_RANGE_RE.match(s) for s in segments]
     if segments and all(numeric):
-        endpoints = [int(n) for m in numeric if m for n in m.groups()]
-        return f'{min(endpoints)}:{max(endpoints)}'
+        endpoints = [int(n) for m in numeric if m for n in m.groups()[1:]]
+        hash_ = '#' if any(m and m.group(1) for m in numeric) else ''
+        return f'{hash_}{min(endpoints)}:{hash_}{max(endpoints)}'
     return ','.join(segments)
+
+
+def _unique(candidate: str, used: set[str]) -> str:
+    group_id, n = candidate, 1
+    while group_id in used:
+        n += 1
+        group_id = f'{candidate}-{n}'
+    used.add(group_id)
+    return group_id
 
 
 def reconcile_observation_groups_from_reflection(reflection: str, source: str) -> str | None:
     """Turn a reflection of grouped observations back into canonical `<observation-group>` markup.
 
     The Reflector sees groups as ``## Group `id` `` sections. Each section it writes is mapped back to source
-    groups: the one with the same id, else those sharing at least one line with it, else the one at the same
-    position; the new group's range combines theirs, so recall still reaches the raw messages. A reflection with
-    no sections becomes one `kind="reflection"` group spanning every source range.
+    groups: the ones its header names (``## Group `g1` `g5` `` condenses two), else those sharing at least one line
+    with it, else the one at the same position; the new group's range combines theirs, so recall still reaches the
+    raw messages. A section keeps its id when it names a source group, else takes the first matched source group's
+    id; ids stay unique. A reflection with no sections becomes one `kind="reflection"` group spanning every source
+    range. Group tags the Reflector wrote itself are dropped, so the result is always well formed.
 
     Args:
         reflection: The Reflector's observations.
@@ -535,33 +638,38 @@ def reconcile_observation_groups_from_reflection(reflection: str, source: str) -
     source_groups = parse_observation_groups(source)
     if not source_groups:
         return None
+    reflection = _RANGE_LINE_RE.sub('', strip_group_tags(reflection))
     if not reflection.strip():
         return ''
     all_ranges = combine_observation_group_ranges(g.range for g in source_groups)
     headers = list(_SECTION_RE.finditer(reflection))
     if not headers:
-        return _format_group(secrets.token_hex(8), all_ranges, reflection, {'kind': 'reflection'})
+        return _format_group(source_groups[0].id, all_ranges, reflection, {'kind': 'reflection'})
 
     by_id = {g.id: g for g in source_groups}
     source_lines = [{line.strip() for line in g.content.split('\n') if line.strip()} for g in source_groups]
     pieces: list[str] = []
+    used: set[str] = set()
     preamble = reflection[: headers[0].start()].strip()
     if preamble:
         pieces.append(preamble)  # text the Reflector put before the first section stays, ungrouped
     for index, header in enumerate(headers):
         section_id = header.group(1)
+        named = [section_id, *_SECTION_IDS_RE.findall(header.group(2))]
         body_end = headers[index + 1].start() if index + 1 < len(headers) else len(reflection)
-        body = _RANGE_LINE_RE.sub('', reflection[header.end() : body_end]).strip()
-        if section_id in by_id:
-            matched = [by_id[section_id]]
+        body = reflection[header.end() : body_end].strip()
+        if any(name in by_id for name in named):
+            matched = [by_id[name] for name in dict.fromkeys(named) if name in by_id]
         else:
             body_lines = {line.strip() for line in body.split('\n') if line.strip()}
             matched = [g for g, lines in zip(source_groups, source_lines, strict=True) if lines & body_lines]
             if not matched and index < len(source_groups):
                 matched = [source_groups[index]]
+        if not body:
+            continue
         range_ = combine_observation_group_ranges(g.range for g in matched) if matched else all_ranges
-        extra = {'source-group-ids': ','.join(g.id for g in matched)} if matched else None
-        pieces.append(_format_group(section_id, range_, body, extra))
+        group_id = _unique(section_id if section_id in by_id else (matched or source_groups)[0].id, used)
+        pieces.append(_format_group(group_id, range_, body))
     return '\n\n'.join(pieces)
 
 
@@ -588,20 +696,23 @@ still respecting constraints and preferences from earlier."""
 
 _RETRIEVAL_THREAD = """## Recall — looking up source messages
 
-Some observations are wrapped in groups (shown as "## Group" sections) whose range `startId:endId` names the raw \
-messages they summarise. The recall tool fetches those messages.
+Observations are grouped in sections headed like `## Messages #12–#19`: the raw messages (by their numbers in the \
+conversation) that the section summarises. The recall tool fetches those messages.
 
 Use recall when the user asks you to repeat or show something, wants exact content (code, quotes, error messages, \
 URLs, file paths, numbers), when your memory lacks a detail you need, or when you want to verify a recollection. \
 When the user refers to specific earlier content, reach for recall by default.
 
 How to call it:
-- pass the start or end id of a range as `cursor` (one id, not the whole range);
+- pass one end of a section's range as `cursor`: the start (`#12`) reads forward from its first message, the end \
+(`#19`) with `page: -1` reads backward; a message id from a recall answer works too (one message, not the range);
 - `page: 1` reads forward from the cursor, `page: -1` reads backward; check `hasNextPage` / `hasPrevPage` to go on;
 - `detail: "low"` (the default) gives shortened text and tool names with part indices such as [p0], [p1]; \
 `detail: "high"` gives full content, one part at a time; `partIndex` fetches one specific part in full;
 - `truncated: true` means the output hit its budget; follow any hint of the form \
-[truncated — call recall cursor="..." partIndex=N detail="high" for full content].
+[truncated — call recall cursor="..." partIndex=N detail="high" for full content];
+- when an `<archived-observations>` line says older observations were archived, `mode: "observations"` pages \
+through them (newest first, `page` from 0); add `query` to keep only the groups that contain all its words.
 
 High-level summaries and questions about the user's preferences do not need recall: the observations cover them."""
 
@@ -661,12 +772,14 @@ def build_observation_system_messages(
     retrieval: bool = False,
     retrieval_scope: str = 'resource',
     other_conversations: str | None = None,
+    archived_catalog: str | None = None,
 ) -> list[str]:
     """The ordered memory system messages for the Actor (spec §16.1).
 
-    Order: preamble with instructions (plus recall guidance in retrieval mode), the other-conversations block,
-    `<observations>`, one message per boundary chunk, `<current-task>`, `<suggested-response>`. Chunks stay
-    separate because the log is append-only: every chunk but the newest is a stable prefix a prompt cache can hit.
+    Order: preamble with instructions (plus recall guidance in retrieval mode), the other-conversations block, the
+    `<archived-observations>` catalog line (when older observations were archived), `<observations>`, one message per
+    boundary chunk, `<current-task>`, `<suggested-response>`. Chunks stay separate because the log is append-only:
+    every chunk but the newest is a stable prefix a prompt cache can hit.
 
     Args:
         observations: The active observation text.
@@ -676,12 +789,13 @@ def build_observation_system_messages(
         retrieval: Whether retrieval mode (observation groups and recall) is on.
         retrieval_scope: The recall tool's scope.
         other_conversations: Pre-rendered `<other-conversation>` blocks (resource scope), if any.
+        archived_catalog: The `<archived-observations>` line, if any observations were archived.
 
     Returns:
         The messages; empty when there are no observations.
     """
     has_others = bool(other_conversations and other_conversations.strip())
-    if not observations.strip():
+    if not observations.strip() and not archived_catalog:
         # Resource scope before the first observation: what was said in other threads still reaches the Actor.
         return [_other_conversations_message(other_conversations or '')] if has_others else []
     preamble = f'{_CONTEXT_PROMPT}\n\n{_CONTEXT_INSTRUCTIONS}'
@@ -690,8 +804,10 @@ def build_observation_system_messages(
     messages = [preamble]
     if has_others:
         messages.append(_other_conversations_message(other_conversations or ''))
+    if archived_catalog:
+        messages.append(archived_catalog)
     if retrieval:
-        processed = render_observation_groups_for_reflection(observations) or observations
+        processed = render_observation_groups_for_actor(observations)
     else:
         processed = optimize_observations_for_context(observations)
     processed = add_relative_time_to_observations(processed, now)

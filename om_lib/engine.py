@@ -211,6 +211,11 @@ class MemoryEngine:
         unobserved = rt.load_after(resource_id, thread_id, record.cursor(thread_id) if record else 0)
         pending = rt.counter.count_messages(unobserved)
         s = self.settings
+        # Failures and notes share one store list; read enough of it for both.
+        kept = rt.store.recent_failures(
+            resource_id, thread_id if s.scope == 'thread' else None, limit=3 * RECENT_FAILURES
+        )
+        archived = record.archived if record else ()
         return {
             'scope': s.scope,
             'recordId': record.id if record else None,
@@ -239,10 +244,35 @@ class MemoryEngine:
                     'threadId': f.thread_id,
                     'background': f.background,
                 }
-                for f in rt.store.recent_failures(
-                    resource_id, thread_id if s.scope == 'thread' else None, limit=RECENT_FAILURES
-                )
+                for f in [f for f in kept if not f.note][:RECENT_FAILURES]
             ],
+            'recentNotes': [
+                {
+                    'operationType': f.operation_type,
+                    'note': f.reason,
+                    'message': f.message,
+                    'at': iso(f.at),
+                    'threadId': f.thread_id,
+                }
+                for f in [f for f in kept if f.note][:RECENT_FAILURES]
+            ],
+            'archive': {
+                'afterTokens': s.archive.after_tokens,
+                'keepTokens': s.archive.keep_tokens,
+                'tokens': sum(g.tokens for g in archived),
+                'groups': [
+                    {
+                        'id': g.id,
+                        'threadId': g.thread_id,
+                        'range': g.range,
+                        'observations': g.observations,
+                        'tokens': g.tokens,
+                        'archivedAt': iso(g.archived_at),
+                        'generation': g.generation,
+                    }
+                    for g in reversed(archived)
+                ],
+            },
         }
 
     def _upcoming(self, record: OMRecord | None, thread: Thread, pending: int) -> dict[str, Any]:
@@ -309,11 +339,11 @@ class MemoryEngine:
 
 
 def generation_trigger(record: OMRecord) -> str:
-    """What made a generation: `initial` (the first), `reflection` (the Reflector condensed the one before), or
-    `reset` (observed messages were deleted, or a thread erased from a resource's memory; the rest is observed
-    again)."""
-    if record.origin == 'reflection':
-        return 'reflection'
+    """What made a generation: `initial` (the first), `reflection` (the Reflector condensed the one before),
+    `archive` (the log passed its bound and its oldest groups were archived), or `reset` (observed messages were
+    deleted, or a thread erased from a resource's memory; the rest is observed again)."""
+    if record.origin in ('reflection', 'archive'):
+        return record.origin
     return 'initial' if record.generation == 0 else 'reset'
 
 

@@ -4,9 +4,10 @@ Besides the messages themselves, their content reaches these *holders*, each han
 order by `forget`:
 
 1. `LiveMemory`: the memory a step shows, of the thread (thread scope) and of its resource (resource scope): the
-   observation log with its groups and cursors, buffered chunks not yet active, a staged reflection, the continuation
-   hints on the thread, and work in flight that read the messages (an observation or a buffering job: its result is
-   thrown away when it commits).
+   observation log with its groups and cursors, the archive of groups moved out of the log past its bound
+   (om_lib/archive.py), buffered chunks not yet active, a staged reflection, the continuation hints on the thread,
+   and work in flight that read the messages (an observation or a buffering job: its result is thrown away when it
+   commits).
 2. `EarlierGenerations`: the generations `GET …/memory/generations` lists. One that observed, buffered or reflected a
    forgotten message is rewritten without it where that can be done exactly (a resource memory no reflection has
    condensed: the thread's `<thread>` sections go) and dropped otherwise.
@@ -18,14 +19,15 @@ The live memory's rules are the simplest honest ones, because a log keeps no per
 reflection rewrites and merges the whole log):
 
 - clearing a thread, or deleting a message it observed (inside a group's range, or at or below its cursor), resets the
-  thread's memory: a new generation with no observations, no groups, its cursor back at 0, so the messages that remain
-  are observed again from the start;
+  thread's memory: a new generation with no observations, no groups, an empty archive, its cursor back at 0, so the
+  messages that remain are observed again from the start;
 - deleting only unobserved messages touches no observations; buffered chunks that covered one are dropped (activated,
   they would bring its content back);
 - resource scope keeps one log for every thread, with a `<thread id>` section per observation: deleting observed
-  messages of a thread (or erasing it) removes that thread's sections and cursor in a new generation and lists the
-  thread as pending, so what remains of it is observed again. Once the log has been reflected the sections may have
-  been condensed together, so then the whole resource memory is reset and every thread it had observed is pending.
+  messages of a thread (or erasing it) removes that thread's sections, archived groups and cursor in a new generation
+  and lists the thread as pending, so what remains of it is observed again. Once the log has been reflected (or
+  archived: an archive generation may descend from a reflected one) the sections may have been condensed together,
+  so then the whole resource memory is reset and every thread it had observed is pending.
 
 A clone is a thread of its own, with copies of the messages and of the memory it started with: deleting messages of
 the source does not touch the clone (delete them there too, or erase the clone).
@@ -45,7 +47,7 @@ from typing import Any, Protocol
 from om_lib import resource_scope as rs
 from om_lib.ports import MemoryStore
 from om_lib.record_writer import RecordWriter
-from om_lib.records import BufferedChunk, OMRecord, Scope, record_key
+from om_lib.records import ArchivedGroup, BufferedChunk, OMRecord, Scope, record_key
 from om_lib.semantic import SemanticMemory
 
 logger = logging.getLogger(__name__)
@@ -81,7 +83,12 @@ class Forgotten:
         if self.seqs is None:
             observed = cursor > 0 or bool(groups)
             if record.scope == 'thread':  # the whole log is this thread's
-                observed = observed or bool(record.active_observations.strip()) or bool(record.buffered_chunks)
+                observed = (
+                    observed
+                    or bool(record.active_observations.strip())
+                    or bool(record.buffered_chunks)
+                    or bool(record.archived)
+                )
             return observed
         return any(s <= cursor or any(g.start_seq <= s <= g.end_seq for g in groups) for s in self.seqs)
 
@@ -166,8 +173,9 @@ class LiveMemory:
         if not forgotten.observed_by(head):
             return False
         store = self.writer.store
-        if head.origin == 'reflection':
-            # A reflection may have merged this thread's lines with others': start the resource memory over.
+        if head.origin in ('reflection', 'archive'):
+            # A reflection may have merged this thread's lines with others' (an archive generation may descend from
+            # one): start the resource memory over.
             self.writer.commit_generation(head, lambda current: reset(self.writer, current))
             for other in {*head.cursors, thread_id}:
                 store.mark_pending(head.resource_id, other, now=forgotten.now)
@@ -217,9 +225,27 @@ def without_thread(record: OMRecord, thread_id: str, count: Callable[[str], int]
         'observation_tokens': tokens,
         'cursors': {t: c for t, c in record.cursors.items() if t != thread_id},
         'groups': tuple(g for g in record.groups if g.thread_id != thread_id),
+        'archived': archive_without(record.archived, thread_id, None),
         'buffered_chunks': tuple(c for c in record.buffered_chunks if c.thread_id != thread_id),
         **_NO_STAGED_REFLECTION,
     }
+
+
+def archive_without(
+    archived: tuple[ArchivedGroup, ...], thread_id: str, doomed: list[int] | None
+) -> tuple[ArchivedGroup, ...]:
+    """The archive once messages of `thread_id` are deleted (`doomed`: their numbers; None: every message of the
+    thread): an archived group derived from one of them goes with it. A group whose messages are not known (no
+    range) goes whenever its thread loses any message, as nothing says it was not derived from it."""
+
+    def derived(group: ArchivedGroup) -> bool:
+        if group.thread_id != thread_id:
+            return False
+        if doomed is None or group.start_seq is None or group.end_seq is None:
+            return True
+        return any(group.start_seq <= seq <= group.end_seq for seq in doomed)
+
+    return tuple(g for g in archived if not derived(g))
 
 
 _NO_STAGED_REFLECTION: dict[str, Any] = {
@@ -244,6 +270,8 @@ def reset(writer: RecordWriter, head: OMRecord) -> OMRecord:
         cursors={},
         last_observed_at=None,
         groups=(),
+        # Every remaining message is observed again, archived ones included: keeping the archive would repeat them.
+        archived=(),
         buffered_chunks=(),
         last_buffered_at_tokens=0,
         **_NO_STAGED_REFLECTION,

@@ -11,20 +11,24 @@ messages: without per-group text the log cannot be cut to a part of the history.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from om_lib import context as ctx
 from om_lib import forgetting
 from om_lib.config import SemanticRecallSettings
 from om_lib.errors import InvalidInputError, ThreadNotFoundError
 from om_lib.messages import Message
 from om_lib.ports import MemoryStore
 from om_lib.record_writer import RecordWriter
-from om_lib.records import ObservationGroup, OMRecord, Thread, record_key
+from om_lib.records import ArchivedGroup, ObservationGroup, OMRecord, Thread, record_key
 from om_lib.semantic import SemanticMemory
+
+_SEQ_RANGE = re.compile(r'#(\d+):#(\d+)')
 
 # `vectorSearchString` with vectors on but `semanticRecall` not configured: the seed's defaults.
 DEFAULT_SEMANTIC_RECALL = SemanticRecallSettings(top_k=4, before=1, after=1, scope='resource')
@@ -249,6 +253,8 @@ def clone_thread(
     carried = _carried_observations(record, source_thread_id, source_messages, chosen, stored, clone_id, make_id)
     if record is not None and carried is not None:
         groups, cursor = carried
+        # Group ranges name messages by their numbers in the thread: the copies have their own.
+        renumber = _renumbering(chosen, stored)
         fresh = OMRecord(
             id=make_id().replace('-', ''),
             key=record_key('thread', resource_id, clone_id),
@@ -257,12 +263,13 @@ def clone_thread(
             thread_id=clone_id,
             created_at=now,
             updated_at=now,
-            active_observations=record.active_observations,
+            active_observations=renumber_group_ranges(record.active_observations, renumber),
             observation_tokens=record.observation_tokens,
             total_tokens_observed=record.total_tokens_observed,
             cursors={clone_id: cursor},
             last_observed_at=record.last_observed_at,
             groups=groups,
+            archived=tuple(_renumbered_archive(g, renumber, clone_id) for g in record.archived),
             observed_timezone=record.observed_timezone,
         )
         (writer or RecordWriter(store, _FixedClock(now), make_id)).create(fresh)
@@ -273,6 +280,48 @@ def clone_thread(
                 )
             )
     return thread, stored
+
+
+def _renumbering(chosen: list[Message], stored: list[Message]) -> Callable[[int], int | None]:
+    """Source message number → the copy's number (a deleted number maps to the next copied message)."""
+    pairs = sorted((src.seq or 0, copy.seq or 0) for src, copy in zip(chosen, stored, strict=True))
+
+    def mapped(seq: int) -> int | None:
+        return next((copy for src, copy in pairs if src >= seq), None)
+
+    return mapped
+
+
+def renumber_group_ranges(text: str, renumber: Callable[[int], int | None]) -> str:
+    """`text` with every `#a:#b` group range renumbered (a clone's messages have their own numbers)."""
+    groups = ctx.parse_observation_groups(text)
+    pieces: list[str] = []
+    last = 0
+    for group in groups:
+        pieces.append(text[last : group.start])
+        pieces.append(
+            ctx.wrap_in_observation_group(
+                group.content, _renumbered(group.range, renumber), group_id=group.id, kind=group.kind
+            )
+        )
+        last = group.end
+    pieces.append(text[last:])
+    return ''.join(pieces)
+
+
+def _renumbered(range_: str, renumber: Callable[[int], int | None]) -> str:
+    match = _SEQ_RANGE.fullmatch(range_.strip())
+    if match is None:
+        return range_
+    start, end = renumber(int(match.group(1))), renumber(int(match.group(2)))
+    return ctx.group_range(start, end) if start is not None and end is not None else range_
+
+
+def _renumbered_archive(group: ArchivedGroup, renumber: Callable[[int], int | None], clone_id: str) -> ArchivedGroup:
+    range_ = _renumbered(group.range, renumber)
+    start = renumber(group.start_seq) if group.start_seq is not None else None
+    end = renumber(group.end_seq) if group.end_seq is not None else None
+    return group.model_copy(update={'thread_id': clone_id, 'range': range_, 'start_seq': start, 'end_seq': end})
 
 
 def _carried_observations(

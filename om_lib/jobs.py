@@ -87,7 +87,7 @@ class Jobs(MemoryRooms):
                 record = self.pipeline.observe(record, chosen, limit, parts, can_defer=False, due_at=1)
             if reflect and self.reflection.due(record) and self.resource.reflection_may_start(resource_id, cycle_start):
                 record = self._reflect_or_hand_off(record, thread_id, limit, parts)
-            return record, parts
+            return self.archive.enforce(record, thread_id, parts), parts
         record = rt.writer.get_or_create('thread', resource_id, thread_id)
         if self.buffering is not None:
             # What is buffered becomes active first (no model call); only the rest is observed.
@@ -99,7 +99,7 @@ class Jobs(MemoryRooms):
             )
         if reflect:
             record = self._reflect_or_hand_off(record, thread_id, limit, parts)
-        return record, parts
+        return self.archive.enforce(record, thread_id, parts), parts
 
     def _reflect_or_hand_off(self, record: OMRecord, thread_id: str, deadline: float, parts: CycleParts) -> OMRecord:
         if self.reflection.buffered:

@@ -1,12 +1,21 @@
-"""Is a model's answer still an observation log? The check every Observer and Reflector answer passes before it may
-become memory (a model's answer is untrusted input).
+"""Is a model's answer an observation log? The check every Observer and Reflector answer passes before it may become
+memory (a model's answer is untrusted input).
 
-An observation log, in the Observer's format, is mostly structure: `Date:` headers, list items (`* 🔴 (09:00) …`,
-indented sub-items), `<thread id>` sections, observation-group markers and message boundaries. A refusal ("I'm sorry,
-I can't help with that"), an essay, an empty answer or a loop of one line is not one.
+Models write observation logs in many valid ways: `Date:` headers or none, dates written inside the lines, list
+items with or without priority emojis, bold section titles, `[O1]` anchors, `(10:00)` times, fenced code blocks under
+an item, paragraphs above condensed bullets (the Reflector's strongest compression level asks for them). The
+reference implementation accepts all of them, and so does this check. It refuses only what is certainly not a log:
 
-A reflection replaces the whole log, so it must also keep the log's span: the newest date (where the current work is)
-and the oldest date (a reflection condenses old material, it does not drop a day), and some of the newest day's lines.
+- an empty answer;
+- an answer without a single observation line (a refusal such as "I'm sorry, I can't help with that", an essay);
+- degenerate repetition, which the parsers detect before this check (`observer.detect_degenerate_repetition`):
+  long lines or blocks of lines repeated many times, never repeated short lines such as a tool's `→ ok`.
+
+(The Reflector's ladder also refuses a reflection that is not smaller than its input, after its last level.)
+
+Where a heuristic is unsure (mostly prose around a few items; one item repeated many times; a reflection that no
+longer shows the log's newest date), the answer is accepted and the doubt is returned as a note (`answer_notes`):
+the caller counts it (a metric) and keeps it for the memory view and the inspector.
 """
 
 from __future__ import annotations
@@ -17,89 +26,107 @@ from datetime import datetime
 
 from om_lib.context import parse_date_from_content
 
-_DATE_HEADER = re.compile(r'^\s*Date:\s*(.+?)\s*$', re.IGNORECASE)
-_LIST_ITEM = re.compile(r'^\s*(?:[-*•]|\d+\.)\s+(.*\S)')
+_DATE_HEADER = re.compile(r'^\s*(?:[#*_>]+\s*)?Date:\s*(.+?)\s*$', re.IGNORECASE)
+# An observation line: a list item, a priority emoji, a `(10:00)` time or an `[O1]` anchor starting the line.
+_LIST_ITEM = re.compile(r'^\s*(?:\[O\d+(?:-N\d+)*\]\s*)?(?:[-*•+]|\d{1,3}[.)])\s+(.*\S)')
+_LEADING_MARK = re.compile(
+    r'^\s*(?:\[O\d+(?:-N\d+)*\]\s*)?(?:[🔴🟡🟢✅]\ufe0f?|\(\d{1,2}:\d{2}(?:\s*[AaPp]\.?[Mm]\.?)?\))\s*(.*\S)'
+)
 _STRUCTURE = re.compile(
-    r'^\s*(?:</?thread\b[^>]*>|</?observation-group\b[^>]*>|</?observations>'
-    r'|## Group `|_range: `|--- message boundary)',
+    r'^\s*(?:</?thread\b[^>]*>|</?observation-group\b[^>]*>|</?observations>|```|#{1,6}\s|\*\*[^*]+\*\*:?\s*$'
+    r'|_range: `|--- message boundary)',
     re.IGNORECASE,
 )
 _PRIORITY = re.compile(r'^(?:[🔴🟡🟢✅]\ufe0f?\s*)+')
-# Share of non-empty lines that may be prose (neither a header, an item nor a marker).
+_TIME = re.compile(r'^\(\d{1,2}:\d{2}(?:\s*[AaPp]\.?[Mm]\.?)?\)\s*')
+_FENCE = re.compile(r'^\s*```')
+
+# Notes (doubts that are counted, never refused).
+NOTE_MOSTLY_PROSE = 'mostly_prose'
+NOTE_REPEATED_ITEM = 'repeated_item'
+NOTE_NEWEST_DATE_MISSING = 'newest_date_missing'
+# Share of non-empty lines (outside code blocks) that may be prose before an answer is noted as mostly prose.
 MAX_PROSE_SHARE = 0.5
-# A log whose items are mostly one repeated line is a loop, however short.
-MIN_ITEMS_FOR_LOOP_CHECK = 6
+# An answer whose items are mostly one repeated line is noted (a faithful summary of a repetitive tool run may be).
+MIN_ITEMS_FOR_REPEAT_NOTE = 6
 MAX_REPEATED_SHARE = 0.6
 
 
-def _item_text(line: str) -> str | None:
-    match = _LIST_ITEM.match(line)
+def _observation_text(line: str) -> str | None:
+    """The text of an observation line (its bullet, priority and time taken off), or None for any other line."""
+    match = _LIST_ITEM.match(line) or _LEADING_MARK.match(line)
     if match is None:
         return None
-    text = _PRIORITY.sub('', match.group(1)).strip()
-    return re.sub(r'^\(\d{1,2}:\d{2}\)\s*', '', text)
+    return _TIME.sub('', _PRIORITY.sub('', match.group(1)).strip()).strip()
+
+
+def _lines_outside_code(text: str) -> list[str]:
+    """Non-empty lines, code blocks left out (code under an item is the item's detail, neither item nor prose)."""
+    out: list[str] = []
+    in_code = False
+    for line in text.split('\n'):
+        if _FENCE.match(line):
+            in_code = not in_code
+            continue
+        if not in_code and line.strip():
+            out.append(line)
+    return out
 
 
 def observation_log_problem(text: str) -> str | None:
-    """Why `text` is not an observation log (a phrase for an error message), or None when it is one."""
-    lines = [line for line in text.split('\n') if line.strip()]
-    if not lines:
+    """Why `text` is certainly not an observation log (a phrase for an error message), or None when it may be one."""
+    if not text.strip():
         return 'the answer is empty'
-    items = [t for line in lines if (t := _item_text(line)) is not None]
-    if not any(items):
+    if not any(_observation_text(line) for line in _lines_outside_code(text)):
         return 'the answer has no observation lines (is it a refusal or prose?)'
-    prose = [line for line in lines if _item_text(line) is None and not _DATE_HEADER.match(line)]
-    prose = [line for line in prose if not _STRUCTURE.match(line)]
-    if len(prose) > MAX_PROSE_SHARE * len(lines):
-        return f'the answer is mostly prose ({len(prose)} of {len(lines)} lines are not observations)'
-    if len(items) >= MIN_ITEMS_FOR_LOOP_CHECK:  # a real loop repeats itself many times; a sloppy log, a few
-        _, repeats = Counter(t.lower() for t in items).most_common(1)[0]
-        if repeats > MAX_REPEATED_SHARE * len(items):
-            return f'the answer repeats one observation ({repeats} of {len(items)} lines)'
     return None
 
 
-def _dates(text: str) -> dict[datetime, str]:
-    found: dict[datetime, str] = {}
+def answer_notes(text: str) -> tuple[str, ...]:
+    """Doubts about an answer that passed `observation_log_problem`: `mostly_prose`, `repeated_item`."""
+    lines = _lines_outside_code(text)
+    items = [t for line in lines if (t := _observation_text(line))]
+    notes: list[str] = []
+    prose = [
+        line
+        for line in lines
+        if _observation_text(line) is None and not (_DATE_HEADER.match(line) or _STRUCTURE.match(line))
+    ]
+    if lines and len(prose) > MAX_PROSE_SHARE * len(lines):
+        notes.append(NOTE_MOSTLY_PROSE)
+    if len(items) >= MIN_ITEMS_FOR_REPEAT_NOTE:
+        _, repeats = Counter(t.lower() for t in items).most_common(1)[0]
+        if repeats > MAX_REPEATED_SHARE * len(items):
+            notes.append(NOTE_REPEATED_ITEM)
+    return tuple(notes)
+
+
+def _dates(text: str) -> set[datetime]:
+    """Every calendar date the text names, in `Date:` headers or anywhere in its lines."""
+    found: set[datetime] = set()
     for line in text.split('\n'):
-        match = _DATE_HEADER.match(line)
-        if match is None:
-            continue
-        when = parse_date_from_content(match.group(1))
+        when = parse_date_from_content(line)
         if when is not None:
-            found.setdefault(when, match.group(1))
+            found.add(when)
     return found
 
 
-def _newest_day_items(text: str) -> set[str]:
-    """The item texts under the newest `Date:` header (anywhere in the text: thread sections repeat headers)."""
-    current: datetime | None = None
-    by_day: dict[datetime, set[str]] = {}
-    for line in text.split('\n'):
-        header = _DATE_HEADER.match(line)
-        if header is not None:
-            current = parse_date_from_content(header.group(1))
-            continue
-        item = _item_text(line)
-        if item and current is not None:
-            by_day.setdefault(current, set()).add(item.lower())
-    return by_day[max(by_day)] if by_day else set()
-
-
 def reflection_problem(reflection: str, source: str) -> str | None:
-    """Why `reflection` may not replace `source` (None when it may): not an observation log, or it lost the log's
-    span (its newest or oldest date, or everything of the newest day)."""
+    """Why `reflection` may not replace `source` (None when it may): only when it is certainly not an observation log.
+
+    `source` is unused by the refusal (a reflection may reorganise the log in any valid shape); it is kept so callers
+    pass what the reflection replaces, as `reflection_notes` needs it.
+    """
+    del source
     problem = observation_log_problem(reflection)
-    if problem is not None:
-        return problem.replace('the answer', 'the reflection')
-    before, after = _dates(source), _dates(reflection)
-    if not before:
-        return None
-    newest, oldest = max(before), min(before)
-    if newest not in after:
-        return f'the reflection dropped the newest date of the log ({before[newest]}), where the current work is'
-    if oldest not in after and min(after, default=newest) > oldest:
-        return f'the reflection dropped the oldest date of the log ({before[oldest]}) instead of condensing it'
-    if _newest_day_items(source) and not _newest_day_items(reflection):
-        return f'the reflection kept no observation of the newest day ({before[newest]})'
-    return None
+    return problem.replace('the answer', 'the reflection') if problem is not None else None
+
+
+def reflection_notes(reflection: str, source: str) -> tuple[str, ...]:
+    """Doubts about an accepted reflection: those of `answer_notes`, and `newest_date_missing` when the log named dates
+    and the reflection no longer names the newest one anywhere (dates may be written another way, or lost)."""
+    notes = list(answer_notes(reflection))
+    before = _dates(source)
+    if before and max(before) not in _dates(reflection):
+        notes.append(NOTE_NEWEST_DATE_MISSING)
+    return tuple(notes)

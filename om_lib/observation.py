@@ -38,6 +38,7 @@ from om_lib.errors import (
     VersionConflictError,
 )
 from om_lib.llm import Content, InlineBlob, ModelRequest
+from om_lib.log_check import answer_notes
 from om_lib.messages import Message, time_of
 from om_lib.parts import CycleParts, FailureReason, ObservationEnd, ThreadUpdate
 from om_lib.record_writer import lease_active
@@ -155,10 +156,14 @@ class ThreadStrategy:
 
     def compose(self, text: str, observation: ThreadObservation, record: OMRecord) -> str:
         """Append after a message boundary, wrapped in an observation group when retrieval is on."""
-        block = observation.parsed.observations.strip()
+        block = ctx.strip_group_tags(observation.parsed.observations).strip()
         backlog = observation.backlog
         if self.rt.settings.retrieval is not None:
-            block = ctx.wrap_in_observation_group(block, backlog.messages[0].id, backlog.messages[-1].id)
+            block = ctx.wrap_in_observation_group(
+                block,
+                ctx.group_range(backlog.first_seq, backlog.last_seq),
+                group_id=ctx.group_id_for(backlog.first_seq),
+            )
         if not text.strip():
             return block
         return text + ctx.message_boundary(backlog.observed_at) + block
@@ -367,13 +372,15 @@ class ObserverCall:
 
     # -- shared pieces ---------------------------------------------------------------------------------------------
     def _context(self, record: OMRecord, previous: str | None) -> tuple[str, bool]:
-        return obs.prepare_observer_context(
+        text, truncated = obs.prepare_observer_context(
             record.active_observations if previous is None else previous,
             self.rt.settings.previous_observer_tokens,
             self.rt.counter.count_string,
             buffered_reflection=record.buffered_reflection if previous is None else None,
             reflected_line_count=record.reflected_line_count if previous is None else None,
         )
+        # The Observer needs the observations, not the group tags recall uses (and must not echo them back).
+        return ctx.strip_group_tags(text), truncated
 
     def _inline_attachments(self, transcript: obs.ObserverTranscript, resource_id: str) -> list[InlineBlob]:
         """Image bytes the Observer can see: inline data, or stored `s3://` images read back, within a size cap."""
@@ -566,7 +573,7 @@ class ObservationPipeline:
                 cursors[backlog.thread_id] = backlog.last_seq
                 groups.append(
                     ObservationGroup(
-                        id=rt.new_id()[:16],
+                        id=ctx.group_id_for(backlog.first_seq),
                         thread_id=backlog.thread_id,
                         start_id=backlog.messages[0].id,
                         end_id=backlog.messages[-1].id,
@@ -604,6 +611,7 @@ class ObservationPipeline:
 
     def _after_observed(self, record: OMRecord, cycle: Cycle, item: ThreadObservation, parts: CycleParts) -> None:
         parsed = item.parsed
+        notes = answer_notes(parsed.observations)
         thread = self.rt.store.get_thread(record.resource_id, item.backlog.thread_id)
         if thread is not None:
             update_thread_hints(
@@ -629,8 +637,13 @@ class ObservationPipeline:
                 suggested_response=parsed.suggested_response,
                 record_id=record.id,
                 thread_id=item.backlog.thread_id,
+                notes=notes or None,
             )
         )
+        if notes:
+            self.rt.remember_notes(
+                record.resource_id, item.backlog.thread_id, 'observation', notes, parsed.observations[:300]
+            )
 
     def _defer(self, record: OMRecord, thread_id: str, cycle: Cycle, tokens: int, parts: CycleParts, why: str) -> None:
         reason: FailureReason
@@ -653,11 +666,10 @@ class ObservationPipeline:
         if outcome.failed:
             return outcome.failed[0]
         parsed = outcome.observed[0].parsed
-        text = parsed.observations.strip()
+        text = ctx.strip_group_tags(parsed.observations).strip()
         if not text:
             return None
-        if rt.settings.retrieval is not None:
-            text = ctx.wrap_in_observation_group(text, backlog.messages[0].id, backlog.messages[-1].id)
+        # (In retrieval mode activation wraps the chunk in its observation group.)
         return BufferedChunk(
             id=f'ombuf-{rt.new_id()}',
             cycle_id=cycle_id,

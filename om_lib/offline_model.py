@@ -122,7 +122,8 @@ _SKIP_HINTS_RE = re.compile(r'do not include\s*<current-task>', re.IGNORECASE)
 _TIME_PREFIX_RE = re.compile(r'^\(\d{1,2}:\d{2}(?:\s*[AP]M)?\)\s*', re.IGNORECASE)
 _BOUNDARY_RE = re.compile(r'^---\s*message boundary\s*\(.*\)\s*---$')
 _THREAD_OPEN_RE = re.compile(r'^<thread\s+id="([^"]*)"\s*>(.*)$')
-_GROUP_HEADER_RE = re.compile(r'^## Group `[^`\n]+`\s*$')
+_GROUP_HEADER_RE = re.compile(r'^## Group(?: `[^`\n]+`)+\s*$')
+_GROUP_ID_RE = re.compile(r'`([^`\n]+)`')
 _RANGE_LINE_RE = re.compile(r'^_range: `[^`\n]*`_\s*$')
 _HINT_BLOCK_RE = re.compile(r'^<(current-task|suggested-response|thread-title)>(.*)$')
 _XML_TAG_LINE_RE = re.compile(r'^</?[A-Za-z][\w-]*(?:\s[^>]*)?>$')
@@ -760,7 +761,7 @@ def condense(observations: str, level: int = 0) -> str:
     m = re.fullmatch(r'<observations>\s*(.*?)\s*</observations>', inner, re.DOTALL | re.IGNORECASE)
     if m:
         inner = m.group(1)
-    segments = _parse_log(inner)
+    segments = _merge_older_groups(_parse_log(inner))
     budget = int(len(inner) * _REFLECTION_SHARE[level])
     # The newest day keeps its detail longest: each thread's own in resource scope; retrieval groups are batches of
     # one timeline, so only the last group's newest day counts there.
@@ -792,6 +793,29 @@ def condense(observations: str, level: int = 0) -> str:
             out.append('')  # a blank line before each retrieval group, as they are written
         out.extend(rendered)
     return '\n'.join(out).strip()
+
+
+def _merge_older_groups(segments: list[_Segment]) -> list[_Segment]:
+    """Retrieval mode: every `## Group` section but the newest becomes one section naming them all (``## Group `g1`
+    `g5` ``), so their days merge and fold like the rest of one timeline; the newest keeps its detail. Recall still
+    reaches every message: the reconciled group's range spans the ranges of the groups it names."""
+    grouped = [s for s in segments if s.key is not None and s.key.startswith('group:')]
+    if len(grouped) < 2:
+        return segments
+    older = grouped[:-1]
+    ids = [group_id for s in older for group_id in _GROUP_ID_RE.findall(s.header[0])]
+    merged = _Segment('group:older', [f'## Group {" ".join(f"`{i}`" for i in ids)}', ''])
+    for segment in older:
+        for group in segment.groups:
+            merged.group(group.date).items.extend(group.items)
+    out: list[_Segment] = []
+    for segment in segments:
+        if any(segment is s for s in older):
+            if not any(o is merged for o in out):
+                out.append(merged)
+            continue
+        out.append(segment)
+    return out
 
 
 def _merge_questions(group: _Group) -> None:
@@ -842,7 +866,13 @@ def reflect(request: ModelRequest) -> str:
     """The offline Reflector's output for a reflector request (see `condense`)."""
     prompt = _user_prompt_text(request.contents)
     source = request.source_observations or _observations_from_prompt(prompt)
-    body = condense(source, _reflection_level(prompt))
+    level = _reflection_level(prompt)
+    if _skip_hints(request):
+        # A buffered reflection condenses the oldest part of the log, and the part appended until it is activated
+        # stays whole: it condenses that oldest part as hard as it can (level 3), so the log it leaves lands under
+        # `observationTokens` rather than just over it.
+        level = 3
+    body = condense(source, level)
     if not body:
         body = f'* {GREEN} Nothing notable is remembered yet.'
     return f'<observations>\n{body}\n</observations>'

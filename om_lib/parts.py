@@ -114,6 +114,8 @@ class ObservationEnd(OMPart):
     thread_id: str
     current_task: str | None = None
     suggested_response: str | None = None
+    # Doubts about the answer that was accepted (om_lib/log_check.py: `mostly_prose`, `repeated_item`, ...).
+    notes: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -279,6 +281,25 @@ class Activation(OMPart):
     config: MarkerConfig
     triggered_by: str = 'threshold'
     observations: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservationsArchived(OMPart):
+    """`data-om-observations-archived`: the log passed its bound (`observation.archive.afterTokens`), so its oldest
+    observation groups moved into the archive (no model call); recall's `mode: "observations"` pages them back."""
+
+    TYPE: ClassVar[str] = 'data-om-observations-archived'
+    cycle_id: str
+    archived_at: datetime
+    groups_archived: int
+    tokens_archived: int
+    observation_tokens: int
+    after_tokens: int
+    archived_groups_total: int
+    archived_tokens_total: int
+    generation_count: int
+    record_id: str
+    thread_id: str
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,11 +14,13 @@ never anything of another resource. Invalid input raises `InvalidInputError` wit
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
+from om_lib.archive import page_archive
 from om_lib.config import RetrievalSettings
 from om_lib.errors import InvalidInputError
 from om_lib.llm import FunctionDeclaration
@@ -39,7 +41,7 @@ from om_lib.semantic import SearchResult, SemanticMemory
 from om_lib.threads import list_resource_threads
 from om_lib.tokens import TokenCounter
 
-Mode = Literal['messages', 'threads', 'search']
+Mode = Literal['messages', 'threads', 'search', 'observations']
 Detail = Literal['low', 'high']
 RecallScope = Literal['thread', 'resource']
 
@@ -57,7 +59,9 @@ _MAX_THREADS_SEARCHED = 100
 SEARCH_UNAVAILABLE = 'semantic search needs retrieval: {vector: true}'
 DEFAULT_SEARCH_LIMIT = 10
 
-_MODES = ('messages', 'threads', 'search')
+_MODES = ('messages', 'threads', 'search', 'observations')
+# `#12`: a message by its number in the thread (`#` never occurs in a message id).
+_MESSAGE_NUMBER = re.compile(r'#(\d{1,18})')
 _DETAILS = ('low', 'high')
 
 
@@ -69,8 +73,8 @@ class RecallRequest:
     """One recall call: the seed's parameters (snake_case).
 
     Attributes:
-        mode: `'messages'` (default), `'threads'` or `'search'`.
-        query: The search text (`mode: "search"`).
+        mode: `'messages'` (default), `'threads'`, `'search'` or `'observations'` (the archive).
+        query: The search text (`mode: "search"`), or the words archived groups must hold (`"observations"`).
         cursor: A message id to page from (or a whole `a:b` range, which answers a hint).
         thread_id: Another thread of the resource to browse (scope `'resource'`).
         page: Messages: positive forward, negative backward, 0 means 1 (default 1). Threads: from 0 (default 0).
@@ -101,7 +105,9 @@ class RecallRequest:
         """
         mode = args.get('mode') or 'messages'
         if mode not in _MODES:
-            raise InvalidInputError(f'mode must be one of "messages", "threads", "search" (got {mode!r})')
+            raise InvalidInputError(
+                f'mode must be one of "messages", "threads", "search", "observations" (got {mode!r})'
+            )
         detail = args.get('detail') or 'low'
         if detail not in _DETAILS:
             raise InvalidInputError(f'detail must be "low" or "high" (got {detail!r})')
@@ -155,16 +161,21 @@ _PARAMETERS: dict[str, Any] = {
             'enum': list(_MODES),
             'description': (
                 'What to retrieve. "messages" (default) pages through message history. "threads" lists all threads '
-                'for the current user. "search" finds messages by semantic similarity across all threads.'
+                'for the current user. "search" finds messages by semantic similarity across all threads. '
+                '"observations" pages through archived observations, newest first (with `query`: those holding all '
+                'its words).'
             ),
         },
-        'query': {'type': 'string', 'description': 'Search query for mode "search".'},
+        'query': {
+            'type': 'string',
+            'description': 'Search query for mode "search"; words every archived group must hold for "observations".',
+        },
         'cursor': {
             'type': 'string',
             'description': (
-                'A single message ID to anchor the query. Take the start or end ID of an observation group range '
-                '(from `startId:endId`, use either startId or endId). Can be omitted when threadId is given, to '
-                'read from the beginning of that thread.'
+                'Where to start reading: one end of an observation section\'s range (`#12` from "## Messages '
+                '#12–#19": the message with that number in the conversation), or a message ID from a recall answer. '
+                'Can be omitted when threadId is given, to read from the beginning of that thread.'
             ),
         },
         'threadId': {
@@ -175,7 +186,7 @@ _PARAMETERS: dict[str, Any] = {
             'type': 'integer',
             'description': (
                 'Pagination offset. For messages: positive values page forward from the cursor, negative values '
-                'page backward; 0 is treated as 1. For threads: page number, from 0.'
+                'page backward; 0 is treated as 1. For threads and observations: page number, from 0.'
             ),
         },
         'limit': {'type': 'integer', 'description': 'Maximum number of items per page (default 20).'},
@@ -259,6 +270,7 @@ def recall(
     max_tokens: int = DEFAULT_MAX_TOKENS,
     semantic: SemanticMemory | None = None,
     obscure_thread_ids: bool = False,
+    memory_key: str | None = None,
 ) -> dict[str, Any]:
     """Run one recall call and return the seed's returns for its mode (camelCase keys).
 
@@ -273,6 +285,7 @@ def recall(
         semantic: Semantic search (mode "search"); None when `retrieval.vector` is off.
         obscure_thread_ids: The model sees hashed thread ids (`obscureThreadIds`): answers show them, and a
             `threadId` it passes back is resolved to the real thread of this resource.
+        memory_key: The key of the observational memory the Actor reads (`mode: "observations"` pages its archive).
 
     Raises:
         InvalidInputError: A bad cursor, thread, index, date or mode, with a message for the model.
@@ -286,6 +299,8 @@ def recall(
         return _search(semantic, counter, resource_id, current_thread_id, request, scope, max_tokens, codec.shown)
     if request.mode == 'threads':
         return _list_threads(store, resource_id, current_thread_id, request, scope, codec.shown)
+    if request.mode == 'observations':
+        return _archived(store, counter, memory_key, current_thread_id, request, scope, max_tokens, codec.shown)
     return _messages(store, counter, resource_id, current_thread_id, request, scope, max_tokens, codec.shown)
 
 
@@ -352,6 +367,38 @@ def _render_results(
                 f'cursor="{message.id}": {preview}'
             )
     return '\n'.join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Observations mode (the archive)
+# ---------------------------------------------------------------------------------------------------------------------
+def _archived(
+    store: MemoryStore,
+    counter: TokenCounter,
+    memory_key: str | None,
+    current_thread_id: str,
+    request: RecallRequest,
+    scope: RecallScope,
+    max_tokens: int,
+    show: Callable[[str], str],
+) -> dict[str, Any]:
+    page = request.page or 0
+    if page < 0:
+        raise InvalidInputError('page must be 0 or more for mode "observations" (pages count from 0, newest first)')
+    record = store.get_record(memory_key) if memory_key else None
+    archived = list(record.archived) if record is not None else []
+    if scope == 'thread':
+        # Resource-scope memory shared by every thread: the thread-scoped tool reads this thread's groups only.
+        archived = [g for g in archived if g.thread_id in (None, current_thread_id)]
+    return page_archive(
+        archived,
+        query=request.query,
+        page=page,
+        limit=_limit(request.limit),
+        count=counter.count_string,
+        max_tokens=max_tokens,
+        show_thread=show,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -495,8 +542,17 @@ def _resolve_cursor(
     explicit_thread: bool,
     show: Callable[[str], str] = str,
 ) -> Message:
-    """The cursor's message within the allowed scope; never a message of another resource."""
+    """The cursor's message within the allowed scope; never a message of another resource.
+
+    `#12` (a range end as the Actor sees it) is the thread's message number 12, or the first one after it when that
+    message was deleted."""
     message_id = cursor.strip()
+    number = _MESSAGE_NUMBER.fullmatch(message_id)
+    if number is not None:
+        page = store.list_messages(resource_id, thread_id, after_seq=int(number.group(1)) - 1, limit=1)
+        if not page.messages:
+            raise InvalidInputError(f'Could not resolve cursor message: {cursor} (no such message in the thread)')
+        return page.messages[0]
     found = find_message(store, resource_id, thread_id, message_id)
     if found is not None:
         return found

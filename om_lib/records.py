@@ -58,6 +58,24 @@ class ObservationGroup(_Model):
     kind: Literal['observation', 'reflection'] = 'observation'
 
 
+class ArchivedGroup(_Model):
+    """One observation group (or a piece of one, or observations outside any group) moved out of the active log into
+    the archive when the log passed its bound (`observation.archive`). Nothing is lost: recall pages it back."""
+
+    id: str
+    # The thread its messages belong to (None for text outside any thread's section in resource scope).
+    thread_id: str | None
+    # The messages it came from (`#12:#19`; '' when the observations named none, e.g. a reflection of older text).
+    range: str = ''
+    start_seq: int | None = None
+    end_seq: int | None = None
+    observations: str
+    tokens: int
+    archived_at: datetime
+    # The generation it was moved out of.
+    generation: int
+
+
 class BufferedChunk(_Model):
     """Observations computed in the background and not yet shown to the Actor."""
 
@@ -95,7 +113,8 @@ class OMRecord(_Model):
     resource_id: str
     thread_id: str | None
     generation: int = 0
-    origin: Literal['initial', 'reflection'] = 'initial'
+    # `archive`: the generation the archive bound made (the oldest groups moved out, no model call).
+    origin: Literal['initial', 'reflection', 'archive'] = 'initial'
     created_at: datetime
     updated_at: datetime
     # Optimistic lock: every write of the head is conditional on this value; stores bump it.
@@ -111,6 +130,8 @@ class OMRecord(_Model):
     cursors: dict[str, int] = Field(default_factory=dict)
     last_observed_at: datetime | None = None
     groups: tuple[ObservationGroup, ...] = ()
+    # Observation groups moved out of the active log past the archive bound, oldest first (recall's "observations").
+    archived: tuple[ArchivedGroup, ...] = ()
 
     buffered_chunks: tuple[BufferedChunk, ...] = ()
     last_buffered_at_tokens: int = 0
@@ -175,3 +196,6 @@ class FailureNote(_Model):
     thread_id: str | None = None
     # `data-om-buffering-failed` (background work) rather than `data-om-observation-failed`.
     background: bool = False
+    # Not a failure: an answer that became memory although a check was unsure about it (`reason` names the doubt,
+    # om_lib/log_check.py). Kept beside the failures; the memory view lists them apart (`recentNotes`).
+    note: bool = False

@@ -24,7 +24,7 @@ from om_lib import reflector as refl
 from om_lib.background import finish_background
 from om_lib.errors import ModelError, ModelOutputError, VersionConflictError
 from om_lib.llm import Content, ModelRequest
-from om_lib.log_check import reflection_problem
+from om_lib.log_check import reflection_notes, reflection_problem
 from om_lib.parts import (
     Activation,
     BufferingEnd,
@@ -72,6 +72,8 @@ class ReflectionDraft:
     tokens: int
     suggested_response: str | None
     input_tokens: int
+    # Doubts about the accepted answer (om_lib/log_check.py), counted and kept for the memory view.
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,9 @@ class Reflection:
         )
         retrieval = s.retrieval is not None
         text = ctx.render_observation_groups_for_reflection(snapshot) or snapshot if retrieval else snapshot
+        # Message boundaries date each batch for the Actor's prompt cache; the Reflector rewrites the whole text and
+        # writes none back, and its lines keep their own dates and times: it reads (and is billed for) no boundary.
+        text = ctx.BOUNDARY_RE.sub('\n\n', text).strip()
 
         def call(user_prompt: str, level: int) -> str:
             request = ModelRequest(
@@ -181,13 +186,30 @@ class Reflection:
             check=lambda reflected: reflection_problem(reflected, text),
         )
         reflected = ladder.observations.strip()
-        if retrieval:
-            reflected = ctx.reconcile_observation_groups_from_reflection(reflected, snapshot) or reflected
+        # Group markup comes from the log's own groups (reconciled), never from tags the model wrote.
+        reconciled = ctx.reconcile_observation_groups_from_reflection(reflected, snapshot) if retrieval else None
+        reflected = reconciled if reconciled is not None else ctx.strip_group_tags(reflected).strip()
+        if not reflected.strip():
+            raise refl.InvalidReflectionError(
+                'the reflection held nothing but group tags; an empty log would erase memory'
+            )
+        reflected_tokens = self.rt.counter.count_observations(reflected)
+        source_tokens = self.rt.counter.count_observations(snapshot)
+        if reflected_tokens >= source_tokens:
+            # Counted as the Actor sees it (group headers included), the result must still be smaller than what it
+            # replaces: a reflection never commits a larger log.
+            raise refl.ReflectionNotSmallerError(
+                f'the reflection ({reflected_tokens} tokens) is not smaller than the observations it condenses '
+                f'({source_tokens} tokens)',
+                original_tokens=source_tokens,
+                smallest_tokens=reflected_tokens,
+            )
         return ReflectionDraft(
             text=reflected,
-            tokens=self.rt.counter.count_observations(reflected),
+            tokens=reflected_tokens,
             suggested_response=ladder.suggested_response,
             input_tokens=tokens,
+            notes=reflection_notes(ladder.observations, text),
         )
 
     # -- committing --------------------------------------------------------------------------------------------------
@@ -240,6 +262,10 @@ class Reflection:
         if record.reflection_stalled_at_tokens == record.observation_tokens:
             # The last attempt could not shrink this very log: wait until it has grown (spec §12.9).
             return ReflectionOutcome(record, 'not_due')
+        if record.reflection_backing_off(rt.clock.now()):
+            # A run failed recently (a background one included): no step asks the model again before the backoff
+            # ends; past the archive bound, the oldest groups move to the archive instead (no model call).
+            return ReflectionOutcome(record, 'not_due')
         cycle = rt.start_cycle()
         leased = rt.writer.take_lease(
             record,
@@ -284,12 +310,13 @@ class Reflection:
             return ReflectionOutcome(released, 'failed')
         except ModelError as exc:
             # Memory stays as it was; like a failed run, the next attempt waits (30 s doubling). An answer that was
-            # not an observation log says so (`invalid_reflection`).
-            reason: FailureReason | None = (
-                'invalid_reflection' if isinstance(exc, refl.InvalidReflectionError) else None
-            )
+            # not an observation log (a refusal, an essay, a loop, nothing) says so (`invalid_reflection`), and
+            # the very same log is not offered to the model again: it waits for the log to change too.
+            answered = isinstance(exc, ModelOutputError)
+            reason: FailureReason | None = 'invalid_reflection' if answered else None
             parts.add(rt.failed_part(cycle, 'reflection', snapshot_tokens, exc, leased.id, thread_id, reason=reason))
-            released = rt.writer.release_lease(leased, 'reflecting', cycle.cycle_id, **self._backoff(leased))
+            stall = {'reflection_stalled_at_tokens': snapshot_tokens} if answered else {}
+            released = rt.writer.release_lease(leased, 'reflecting', cycle.cycle_id, **self._backoff(leased), **stall)
             return ReflectionOutcome(released, 'failed')
         except Exception:
             rt.writer.release_quietly(leased, 'reflecting', cycle.cycle_id)
@@ -328,8 +355,11 @@ class Reflection:
                 suggested_response=draft.suggested_response,
                 record_id=committed.id,
                 thread_id=thread_id,
+                notes=draft.notes or None,
             )
         )
+        if draft.notes:
+            rt.remember_notes(committed.resource_id, thread_id, 'reflection', draft.notes, draft.text[:300])
         return ReflectionOutcome(committed, 'committed')
 
     # -- async buffering of reflection (spec §12.4–§12.6) --------------------------------------------------------------
@@ -494,7 +524,8 @@ class Reflection:
         if job.reason == 'buffer':
             # A buffered reflection condenses the leading lines only, asking for a modest reduction (spec §12.5).
             part = self._buffered_slice(record)
-            snapshot, line_count, input_tokens = part.text, part.line_count, part.input_tokens
+            # The slice's real size (not the per-line estimate): validation compares the draft with it.
+            snapshot, line_count, input_tokens = part.text, part.line_count, rt.counter.count_observations(part.text)
             target, start_level = part.target_tokens, 1
         try:
             with rt.writer.holding(record, name, owner, ttl_s=WORKFLOW_LEASE_S):
@@ -506,10 +537,13 @@ class Reflection:
             error = str(exc) if job.reason == 'buffer' else NOT_SMALLER_ERROR
             self._run_failed(job, owner, released, cycle, input_tokens, error, 'not_smaller')
             return {'outcome': 'not_smaller', 'inputTokens': input_tokens}
-        except refl.InvalidReflectionError as exc:
-            # The model's answer would have replaced memory with something that is not an observation log: keep the
-            # current generation, back off, and tell the next step why.
-            released = rt.writer.release_lease(record, name, owner, **self._backoff(record))
+        except ModelOutputError as exc:
+            # The model answered, with something that is not an observation log (every level): keep the current
+            # generation, back off, wait for the log to change (the same input would get the same answers), and tell
+            # the next step why. Not raised: a workflow retry would only ask again.
+            released = rt.writer.release_lease(
+                record, name, owner, **self._backoff(record), reflection_stalled_at_tokens=tokens
+            )
             self._run_failed(job, owner, released, cycle, input_tokens, str(exc), 'invalid_reflection')
             return {'outcome': 'invalid_reflection', 'inputTokens': input_tokens, 'error': str(exc)}
         ended = None
@@ -542,7 +576,9 @@ class Reflection:
 
         if rt.writer.commit(record, stage) is None:
             return {'outcome': 'lease_lost'}
-        return {'outcome': 'reflected', 'inputTokens': input_tokens, 'tokens': draft.tokens}
+        if draft.notes:
+            rt.remember_notes(record.resource_id, job.thread_id, 'reflection', draft.notes, draft.text[:300])
+        return {'outcome': 'reflected', 'inputTokens': input_tokens, 'tokens': draft.tokens, 'notes': list(draft.notes)}
 
     def validate(self, job: Job, owner: str) -> dict[str, Any]:
         """The staged reflection must exist, be non-empty and be strictly smaller than what it replaces."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING
+
+from om_lib.archive import Archive
 
 if TYPE_CHECKING:
     from om_lib.buffered import ObservationBuffering
@@ -15,7 +17,8 @@ if TYPE_CHECKING:
 
 @dataclass(eq=False)
 class MemoryRooms:
-    """The runtime, the observation pipeline, reflection, buffering and (resource scope) the resource view."""
+    """The runtime, the observation pipeline, reflection, buffering, (resource scope) the resource view, and the
+    archive that keeps the log within its bound."""
 
     rt: Runtime
     pipeline: ObservationPipeline
@@ -23,3 +26,7 @@ class MemoryRooms:
     _: KW_ONLY
     buffering: ObservationBuffering | None
     resource: ResourceView | None
+    archive: Archive = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.archive = Archive(self.rt)

@@ -172,6 +172,25 @@ class Runtime:
             except Exception:  # noqa: BLE001 - a failure that cannot be kept must not fail the step that reports it
                 logger.warning('could not keep a failure', extra={'thread_id': thread_id, 'reason': note.reason})
 
+    def remember_notes(
+        self, resource_id: str, thread_id: str, operation: OperationType, notes: Sequence[str], detail: str
+    ) -> None:
+        """Keep the doubts about an accepted answer for the memory view's `recentNotes` (best effort)."""
+        memory_thread = thread_id if self.settings.scope == 'thread' else None
+        for note in notes:
+            kept = FailureNote(
+                operation_type=operation,
+                reason=note,
+                message=detail[:500],
+                at=self.clock.now(),
+                thread_id=thread_id,
+                note=True,
+            )
+            try:
+                self.store.add_failure(resource_id, memory_thread, kept)
+            except Exception:  # noqa: BLE001 - a note that cannot be kept must not fail the work it describes
+                logger.warning('could not keep a note', extra={'thread_id': thread_id, 'note': note})
+
     # -- parts -----------------------------------------------------------------------------------------------------
     def start_part(
         self,

@@ -44,7 +44,7 @@ from om_lib.llm import FunctionDeclaration
 from om_lib.messages import Message
 from om_lib.parts import CycleParts
 from om_lib.recall import RecallRequest, recall
-from om_lib.records import Thread
+from om_lib.records import Thread, record_key
 from om_lib.semantic import SemanticMemory
 from om_lib.threads import list_resource_threads
 from om_lib.uploads import Upload
@@ -148,6 +148,7 @@ class MemoryService:
             semantic=self.semantic if retrieval.vector else None,
             # The same ids the Actor saw in `system` (hashed in resource scope by default); real ids work too.
             obscure_thread_ids=self.settings.obscure_thread_ids,
+            memory_key=record_key(self.settings.scope, resource_id, thread_id),
         )
 
     # -- message history -------------------------------------------------------------------------------------------

@@ -153,6 +153,8 @@ class Steps(MemoryRooms):
                 thread = rt.store.get_thread(resource_id, thread_id) or thread
                 unobserved = rt.load_after(resource_id, thread_id, record.cursor(thread_id))
         record = self._reflect(record, thread_id, deadline, parts)
+        # Past its bound (reflection failed, or cannot keep up), the log's oldest groups are archived: no model call.
+        record = self.archive.enforce(record, thread_id, parts)
         messages = actor.visible_messages(rt, record, unobserved, appended.messages)
         parts.add(actor.status_part(rt, record, messages, thread_id, step_number))
         system = actor.system_text(rt, record, thread, now=now_of(appended.messages, rt.clock.now()))
@@ -191,6 +193,7 @@ class Steps(MemoryRooms):
                 thread = rt.store.get_thread(resource_id, thread_id) or thread
         if self.reflection.due(record) and view.reflection_may_start(resource_id, cycle_start):
             record = self._reflect(record, thread_id, deadline, parts)
+        record = self.archive.enforce(record, thread_id, parts)
         messages = actor.visible_messages(rt, record, snap.current.messages, appended.messages)
         # The status counts every thread's unobserved tokens: this thread's messages and the other threads' backlogs.
         others = sum(b.tokens for b in snap.others)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
+from om_lib.context import render_observation_groups_for_actor
 from om_lib.messages import (
     FilePart,
     ImagePart,
@@ -36,6 +37,8 @@ from om_lib.messages import (
     ToolResultPart,
 )
 from om_lib.ports import StringTokenizer
+
+_GROUP_TAG = '<observation-group'
 
 TOKENS_PER_MESSAGE = 3.8
 TOKENS_PER_CONVERSATION = 24
@@ -166,8 +169,9 @@ class TokenCounter:
         return self._tokenizer.count(text)
 
     def count_observations(self, text: str) -> int:
-        """Tokens of an observations text (the same as `count_string`)."""
-        return self.count_string(text)
+        """Tokens of an observations text as the Actor is shown it: observation groups count as their one-line
+        headers, not as the tags they are stored with (every threshold counts what the Actor reads)."""
+        return self.count_string(render_observation_groups_for_actor(text) if _GROUP_TAG in text else text)
 
     # -- parts -----------------------------------------------------------------------------------------------------
 

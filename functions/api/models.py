@@ -382,6 +382,37 @@ class FailureOut(_Model):
     background: bool = False
 
 
+class ArchivedGroupOut(_Model):
+    """One observation group moved out of the active log past its bound (recall's `mode: "observations"`)."""
+
+    id: str
+    thread_id: str | None
+    range: str = Field(description='The messages it came from (`#12:#19`: their numbers in the thread); may be empty.')
+    observations: str
+    tokens: int
+    archived_at: str
+    generation: int = Field(description='The generation it was moved out of.')
+
+
+class ArchiveOut(_Model):
+    """The archive: what keeps the active log within its bound when reflection cannot."""
+
+    after_tokens: int = Field(description='Past this many observation tokens the oldest groups are archived.')
+    keep_tokens: int = Field(description='About how many of the newest observation tokens stay active.')
+    tokens: int = Field(description='Tokens archived in all.')
+    groups: list[ArchivedGroupOut] = Field(description='Archived groups, newest first.')
+
+
+class NoteOut(_Model):
+    """An Observer or Reflector answer that became memory although a check was unsure about it."""
+
+    operation_type: Literal['observation', 'reflection']
+    note: str = Field(description='`mostly_prose`, `repeated_item` or `newest_date_missing`.')
+    message: str
+    at: str
+    thread_id: str | None = None
+
+
 class MemoryOut(_Model):
     """`GET /threads/{threadId}/memory`."""
 
@@ -400,6 +431,10 @@ class MemoryOut(_Model):
     buffered: BufferedOut
     upcoming: UpcomingOut = Field(description='When memory will act next: observation, reflection, the quiet sweep.')
     recent_failures: list[FailureOut] = Field(description='The last 20 failures of this memory, newest first.')
+    recent_notes: list[NoteOut] = Field(
+        description='Answers accepted although a check was unsure about them (the last 20, newest first).'
+    )
+    archive: ArchiveOut
 
 
 class GenerationOut(_Model):
@@ -408,9 +443,10 @@ class GenerationOut(_Model):
     generation: int = Field(description='0 for the first; each reflection or reset adds one.')
     record_id: str
     current: bool = Field(description='The live generation (the one `GET …/memory` shows).')
-    trigger: Literal['initial', 'reflection', 'reset'] = Field(
-        description='`initial`: the first; `reflection`: the Reflector condensed the generation before; `reset`: '
-        'observed messages were deleted (or a thread erased from a resource memory) and the rest is observed again.'
+    trigger: Literal['initial', 'reflection', 'archive', 'reset'] = Field(
+        description='`initial`: the first; `reflection`: the Reflector condensed the generation before; `archive`: '
+        'the log passed its bound and its oldest groups moved to the archive (no model call); `reset`: observed '
+        'messages were deleted (or a thread erased from a resource memory) and the rest is observed again.'
     )
     created_at: str
     observations: str

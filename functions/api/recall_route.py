@@ -36,8 +36,12 @@ class RecallIn(_Model):
 
     resource_id: Id
     thread_id: Id
-    mode: Literal['messages', 'threads', 'search'] = Field(default='messages', description='What to retrieve.')
-    query: SearchText | None = Field(default=None, description='Search text (mode "search").')
+    mode: Literal['messages', 'threads', 'search', 'observations'] = Field(
+        default='messages', description='What to retrieve ("observations": the archived observation groups).'
+    )
+    query: SearchText | None = Field(
+        default=None, description='Search text (mode "search"), or words archived groups must hold ("observations").'
+    )
     cursor: str | None = Field(
         default=None, min_length=1, max_length=4096, description='A message id (or a range, which answers a hint).'
     )
@@ -63,6 +67,7 @@ class RecallOut(_Model):
     """
 
     results: str | None = None
+    observations: str | None = None
 
     messages: str | None = None
     count: int | None = None
@@ -90,7 +95,9 @@ class RecallOut(_Model):
         'The recall tool over HTTP. `mode: "messages"` pages from `cursor` (or from the start of the thread); '
         '`partIndex` returns `{text, messageId, partIndex, role, type, truncated}`; `mode: "threads"` returns '
         '`{threads, count, page, hasMore}`; `mode: "search"` (with `retrieval: {vector: true}`) returns '
-        '`{results, count}`: messages similar in meaning to `query`, grouped by thread, each with a cursor. '
+        '`{results, count}`: messages similar in meaning to `query`, grouped by thread, each with a cursor; '
+        '`mode: "observations"` returns `{observations, count, page, limit, hasNextPage, hasPrevPage, truncated, '
+        'tokenOffset}`: the observation groups archived when the log passed its bound, newest first. '
         '422 `retrieval_disabled` unless `retrieval` is on in the configuration, 422 `invalid_input` for a cursor, '
         'thread, part index or date the tool cannot use.'
     ),

@@ -81,7 +81,15 @@ TURN_CLAIM_TTL = timedelta(days=1)  # past its lease a claim is dead; TTL remove
 # touch only `om_small`, so taking or releasing a lease never rewrites the S3 document. The parts background work
 # keeps for the next step (a worker's observation text among them) grow too; a record written before they moved here
 # has them in `om_small`, which still reads back (the big document wins only for the fields it holds).
-_BIG_FIELDS = ('active_observations', 'groups', 'buffered_chunks', 'buffered_reflection', 'cursors', 'background_parts')
+_BIG_FIELDS = (
+    'active_observations',
+    'groups',
+    'archived',
+    'buffered_chunks',
+    'buffered_reflection',
+    'cursors',
+    'background_parts',
+)
 _OM_OPTIONAL_FIELDS = frozenset(
     name for name, field in OMRecord.model_fields.items() if not field.is_required() and field.default in (None, ())
 )

@@ -148,18 +148,11 @@ PROSE = (
 )
 
 
-def half_the_days(_request: FakeRequest, _n: int) -> FakeReply:
-    # The oldest two days only: the newest days (where the current work is) are gone.
-    body = '\n'.join(f'Date: {day}\n* 🔴 (09:00) Condensed facts of {day}' for day in DAYS[:2])
-    return FakeReply.text(f'<observations>\n{body}\n</observations>')
-
-
 @pytest.mark.parametrize(
     'answer',
     [
         pytest.param(lambda _r, _n: FakeReply.text(REFUSAL), id='refusal'),
         pytest.param(lambda _r, _n: FakeReply.text(PROSE), id='prose'),
-        pytest.param(half_the_days, id='half-the-dated-groups'),
     ],
 )
 def test_a_reflection_that_is_not_an_observation_log_never_replaces_memory(api, stack, model, answer) -> None:
@@ -188,6 +181,25 @@ def test_a_reflection_that_is_not_an_observation_log_never_replaces_memory(api, 
     assert 'Condensed facts' in memory(api, resource, thread)['observations']
 
 
+def test_a_reflection_without_date_headers_is_one_call_and_a_new_generation(api, stack, model) -> None:
+    # Bold section titles, dates written inside the lines, no `Date:` header: an observation log all the same
+    resource, thread = fresh_thread()
+    model.reflector = lambda _r, _n: FakeReply.text(
+        '<observations>\n- 🔴 **Launch plan** (Mar 3–6, 2025)\n  - facts o1-o4 about the plan and its owners\n'
+        '- 🟡 **Open questions**\n  - who signs off the budget\n</observations>'
+    )
+    before_calls = model.calls['reflector']
+    for n in range(6):  # until the log passes observationTokens: the step that gets there reflects
+        body = step(api, resource, thread, long_text(f'step {n}'))
+        if model.calls['reflector'] > before_calls:
+            break
+    assert model.calls['reflector'] - before_calls == 1
+    assert not [f for f in failures(body) if f['operationType'] == 'reflection']
+    view = memory(api, resource, thread)
+    assert view['generationCount'] == 1 and '**Launch plan**' in view['observations']
+    assert view['observationTokens'] < CONFIG['reflection']['observationTokens']
+
+
 # -- the Observer -----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     'answer',
@@ -196,9 +208,12 @@ def test_a_reflection_that_is_not_an_observation_log_never_replaces_memory(api, 
         pytest.param(lambda _r, _n: FakeReply.text(REFUSAL), id='refusal'),
         pytest.param(
             lambda _r, _n: FakeReply.text(
-                '<observations>\nDate: Mar 3, 2025\n' + '* 🔴 (09:00) User likes the plan\n' * 12 + '</observations>'
+                '<observations>\nDate: Mar 3, 2025\n'
+                + '* 🟡 (09:00) The agent called the same tool again with identical arguments and the same result\n'
+                * 300
+                + '</observations>'
             ),
-            id='the-same-line-repeated',
+            id='a-long-line-repeated-in-a-loop',
         ),
     ],
 )

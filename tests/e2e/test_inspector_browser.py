@@ -35,8 +35,10 @@ pytestmark = pytest.mark.e2e
 
 CONFIG: dict[str, Any] = {
     'model': 'default',
-    'observation': {'messageTokens': 200, 'bufferTokens': False},
-    'reflection': {'observationTokens': 300},
+    # (the archive bound far away: these pages show a log that reflection keeps small)
+    'observation': {'messageTokens': 200, 'bufferTokens': False, 'archive': {'afterTokens': 10_000}},
+    # (groups cost a few tokens: the six facts pass 200 observation tokens, not 300)
+    'reflection': {'observationTokens': 200},
     'retrieval': True,
 }
 RESOURCE = 'alice'
@@ -102,6 +104,11 @@ def test_the_page_shows_what_the_api_says(page, stack, api, trip, artifacts) -> 
     # The same observation lines, in order, rendered with their priority and time
     shown = page.eval_on_selector_all('#log .obs', 'lines => lines.map(l => l.dataset.raw)')
     assert shown == observation_lines(view['observations']) and shown
+    # Observation groups are rendered as labelled blocks naming their messages, never as tags
+    labels = page.eval_on_selector_all('#log .obs-group .group-label', 'ls => ls.map(l => l.textContent)')
+    assert labels and all(label.startswith(('messages #', 'message #')) for label in labels), labels
+    assert 'observation-group' not in page.locator('#log').inner_text()
+    assert 'nothing archived' in page.locator('#archive-summary').inner_text()
     assert page.locator('#log .obs .prio').first.inner_text().endswith(('high', 'medium', 'low', 'done'))
     # The same token figures and thresholds
     for metric, value, threshold in [
@@ -204,7 +211,7 @@ def test_the_recall_form_returns_the_api_s_page(page, stack, api, trip, artifact
 
 def test_a_failed_reflection_shows_its_reason(page, stack, api, artifacts) -> None:
     thread = 'refused'
-    # Enough said for the log to pass observationTokens (300) once the turns before each input are observed
+    # Enough said for the log to pass observationTokens (200) once the turns before each input are observed
     for fact in FACTS + FACTS:
         chat(api, thread, f'{REFUSE_MARKER} {fact}')
     stack.drain()

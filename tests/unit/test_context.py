@@ -15,6 +15,9 @@ from om_lib.context import (
     format_gap_between_dates,
     format_relative_time,
     get_observations_as_of,
+    group_id_for,
+    group_markup_problem,
+    group_range,
     is_future_intent_observation,
     join_system_messages,
     message_boundary,
@@ -22,6 +25,7 @@ from om_lib.context import (
     parse_date_from_content,
     parse_observation_groups,
     reconcile_observation_groups_from_reflection,
+    render_observation_groups_for_actor,
     render_observation_groups_for_reflection,
     split_observation_chunks,
     strip_observation_groups,
@@ -198,23 +202,35 @@ def test_add_relative_time_to_observations() -> None:
 
 
 def test_wrap_and_parse_groups() -> None:
-    wrapped = wrap_in_observation_group('\n* one\n* two\n', 'msg-1', 'msg-2', group_id='group-1', kind='observation')
-    assert wrapped == (
-        '<observation-group id="group-1" range="msg-1:msg-2" kind="observation">\n* one\n* two\n</observation-group>'
+    wrapped = wrap_in_observation_group('\n* one\n* two\n', group_range(12, 19), group_id=group_id_for(12), kind='x')
+    assert wrapped == '<observation-group id="g12" range="#12:#19" kind="x">\n* one\n* two\n</observation-group>'
+    (group,) = parse_observation_groups(wrapped)
+    assert (group.id, group.range, group.content, group.kind) == ('g12', '#12:#19', '* one\n* two', 'x')
+
+
+def test_a_group_costs_a_few_tokens_where_message_ids_cost_dozens() -> None:
+    from om_lib.adapters.tiktoken_counter import get_tokenizer
+
+    count = get_tokenizer().count
+    content = '* 🔴 (09:00) User stated they live in Lisbon'
+    legacy = (
+        f'<observation-group id="{"a1" * 8}" range="{"0f" * 16}:{"e3" * 16}" source-group-ids="{"b2" * 8}">\n'
+        f'{content}\n</observation-group>'
     )
-    generated = wrap_in_observation_group('x', 'a', 'b')
-    (group,) = parse_observation_groups(generated)
-    assert len(group.id) == 16 and int(group.id, 16) >= 0
-    assert group.range == 'a:b' and group.content == 'x'
+    ours = wrap_in_observation_group(content, group_range(1024, 1031), group_id=group_id_for(1024))
+    shown = render_observation_groups_for_actor(ours)
+    assert shown == f'## Messages #1024–#1031\n{content}'
+    assert count(shown) - count(content) <= 10 and count(legacy) - count(content) > 50
 
 
 def test_group_attributes_are_escaped_and_round_trip() -> None:
-    wrapped = wrap_in_observation_group('x', 'id"with>odd', 'b', group_id='g')
+    wrapped = wrap_in_observation_group('x', 'id"with>odd:b', group_id='g"1')
     (group,) = parse_observation_groups(wrapped)
-    assert group.range == 'id"with>odd:b'
+    assert group.range == 'id"with>odd:b' and group.id == 'g"1'
+    assert group_markup_problem(wrapped) is None
 
 
-def test_scanner_ignores_groups_without_id_or_range_and_lookalike_tags() -> None:
+def test_scanner_ignores_groups_without_id_and_lookalike_tags() -> None:
     text = (
         '<observation-group range="a:b">\nno id\n</observation-group>\n'
         '<observation-groupie id="x" range="a:b">\nnot a group\n</observation-group>\n'
@@ -222,21 +238,30 @@ def test_scanner_ignores_groups_without_id_or_range_and_lookalike_tags() -> None
         '<observation-group id="ok" range="m1:m2">\nkept\n</observation-group>'
     )
     groups = parse_observation_groups(text)
-    assert [(g.id, g.range, g.content) for g in groups] == [('ok', 'm1:m2', 'kept')]
+    assert [(g.id, g.range, g.content) for g in groups] == [('only-id', '', 'no range'), ('ok', 'm1:m2', 'kept')]
+
+
+def test_model_written_group_tags_never_reach_the_log() -> None:
+    echoed = '* one\n</observation-group>\n<observation-group id="x" range="a:b">\n* two'
+    wrapped = wrap_in_observation_group(echoed, group_range(1, 2), group_id='g1')
+    assert group_markup_problem(wrapped) is None and wrapped.count('<observation-group') == 1
+    assert group_markup_problem('* a\n</observation-group>') is not None
+    assert group_markup_problem('<observation-group id="a">\n<observation-group id="b">') is not None
 
 
 def test_strip_and_render_groups() -> None:
     text = (
         'intro line\n\n'
-        + wrap_in_observation_group('* one', 'msg-1', 'msg-2', group_id='group-1')
+        + wrap_in_observation_group('* one', group_range(1, 2), group_id='g1')
         + '\n\n\n\n'
-        + wrap_in_observation_group('* two', 'msg-3', 'msg-4', group_id='group-2')
+        + wrap_in_observation_group('* two', 'msg-3:msg-4', group_id='legacy')
     )
     assert strip_observation_groups(text) == 'intro line\n\n* one\n\n* two'
-    rendered = render_observation_groups_for_reflection(text)
-    assert rendered == (
-        'intro line\n\n## Group `group-1`\n_range: `msg-1:msg-2`_\n\n* one\n\n'
-        '## Group `group-2`\n_range: `msg-3:msg-4`_\n\n* two'
+    assert render_observation_groups_for_reflection(text) == (
+        'intro line\n\n## Group `g1`\n\n* one\n\n## Group `legacy`\n\n* two'
+    )
+    assert render_observation_groups_for_actor(text) == (
+        'intro line\n\n## Messages #1–#2\n* one\n\n## Messages msg-3–msg-4\n* two'
     )
     assert render_observation_groups_for_reflection('no groups') is None
 
@@ -245,12 +270,13 @@ def test_combine_observation_group_ranges() -> None:
     assert combine_observation_group_ranges(['m1:m2', 'm3:m4']) == 'm1:m2,m3:m4'
     assert combine_observation_group_ranges(['m1:m2', 'm1:m2,m3:m4']) == 'm1:m2,m3:m4'
     assert combine_observation_group_ranges(['3:5', '1:2', '8:9']) == '1:9'
+    assert combine_observation_group_ranges(['#3:#5', '#8:#9']) == '#3:#9'
     assert combine_observation_group_ranges([]) == ''
 
 
 def test_reconcile_groups_from_reflection() -> None:
-    g1 = wrap_in_observation_group('* 🔴 User likes tea\n* 🟡 visited Lyon', 'm1', 'm2', group_id='g1')
-    g2 = wrap_in_observation_group('* 🔴 User has a cat', 'm3', 'm4', group_id='g2')
+    g1 = wrap_in_observation_group('* 🔴 User likes tea\n* 🟡 visited Lyon', group_range(1, 2), group_id='g1')
+    g2 = wrap_in_observation_group('* 🔴 User has a cat', group_range(3, 4), group_id='g3')
     source = g1 + '\n\n' + g2
 
     assert reconcile_observation_groups_from_reflection('anything', 'no groups here') is None
@@ -259,16 +285,17 @@ def test_reconcile_groups_from_reflection() -> None:
     reflection = (
         '## Group `g1`\n_range: `m1:m2`_\n\n* 🔴 User likes tea\n\n'
         '## Group `new-a`\n\n* 🔴 User has a cat\n\n'
-        '## Group `new-b`\n\n* totally rewritten'
+        '## Group `new-b`\n\n* totally rewritten\n</observation-group>'
     )
-    groups = parse_observation_groups(reconcile_observation_groups_from_reflection(reflection, source) or '')
-    assert [(g.id, g.range) for g in groups] == [('g1', 'm1:m2'), ('new-a', 'm3:m4'), ('new-b', 'm1:m2,m3:m4')]
+    reconciled = reconcile_observation_groups_from_reflection(reflection, source) or ''
+    assert group_markup_problem(reconciled) is None
+    groups = parse_observation_groups(reconciled)
+    assert [(g.id, g.range) for g in groups] == [('g1', '#1:#2'), ('g3', '#3:#4'), ('g1-2', '#1:#4')]
     assert groups[0].content == '* 🔴 User likes tea'  # the _range: line is not kept in the body
-    assert groups[1].attributes['source-group-ids'] == 'g2'
 
     whole = parse_observation_groups(reconcile_observation_groups_from_reflection('* condensed', source) or '')
     assert len(whole) == 1
-    assert (whole[0].kind, whole[0].range, whole[0].content) == ('reflection', 'm1:m2,m3:m4', '* condensed')
+    assert (whole[0].kind, whole[0].range, whole[0].content) == ('reflection', '#1:#4', '* condensed')
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -319,13 +346,12 @@ def test_other_conversations_block() -> None:
 
 
 def test_retrieval_mode_renders_groups_and_mentions_recall() -> None:
-    observations = wrap_in_observation_group('* 🟡 discussed -> the plan', 'msg-1', 'msg-2', group_id='group-1')
+    observations = wrap_in_observation_group('* 🟡 discussed -> the plan', group_range(1, 2), group_id='g1')
     messages = build_observation_system_messages(
         observations, now=NOW, current_task=None, suggested_response=None, retrieval=True, retrieval_scope='thread'
     )
     system = join_system_messages(messages)
-    assert '## Group `group-1`' in system
-    assert '_range: `msg-1:msg-2`_' in system
+    assert '## Messages #1–#2\n* 🟡 discussed' in system and '<observation-group' not in system
     assert 'recall' in messages[0]
     assert '🟡 discussed -> the plan' in system  # retrieval mode renders groups instead of optimising
     assert 'mode: "threads"' not in messages[0]

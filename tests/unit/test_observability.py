@@ -76,6 +76,20 @@ def test_completed_cycles_are_split_into_observation_and_reflection_tokens() -> 
     assert recorded['ModelCalls'] == [1.0]
 
 
+def test_archive_moves_and_answer_notes_are_counted(capsys: pytest.CaptureFixture[str]) -> None:
+    parts = [
+        {'type': 'data-om-observations-archived', 'data': {'groupsArchived': 3, 'tokensArchived': 450}},
+        {'type': 'data-om-observation-end', 'data': {'operationType': 'reflection', 'notes': ['mostly_prose']}},
+    ]
+    obs.metrics.clear_metrics()
+    obs.record_parts_metrics(parts)
+    recorded = {name: metric['Value'] for name, metric in obs.metrics.provider.metric_set.items()}
+    obs.metrics.clear_metrics()
+    assert recorded['ObservationGroupsArchived'] == [3.0] and recorded['ArchivedObservationTokens'] == [450.0]
+    notes = [doc for doc in _emf_documents(capsys.readouterr().out) if 'AnswerNotes' in doc]
+    assert [(doc['note'], doc['AnswerNotes']) for doc in notes] == [('mostly_prose', [1.0])]
+
+
 @pytest.mark.parametrize(
     ('task', 'result', 'error', 'expected'),
     [

@@ -338,21 +338,34 @@ def test_higher_levels_are_shorter() -> None:
     assert older.count('🔴') < log.split('Date: Jan 4, 2025')[0].count('🔴') // 2  # older days fold into a line each
 
 
-def test_reflector_keeps_retrieval_group_headers_and_ranges_verbatim() -> None:
-    # Retrieval mode shows groups as `## Group` sections with a `_range:` line that recall reads back
-    long_range = '_range: `msg_' + 'a' * 32 + ':msg_' + 'b' * 32 + '`_'
-    sections = []
+def test_reflector_condenses_retrieval_groups_and_recall_still_reaches_every_message() -> None:
+    # Retrieval mode: the Reflector sees groups as `## Group` sections; the older ones merge into one section naming
+    # them all, the newest keeps its own, and the reconciled groups' ranges still cover every observed message
+    from om_lib import context as ctx
+
+    groups = []
     for day in range(3):
         facts = '\n'.join(f'* 🔴 (10:{i:02d}) User stated: fact {day}-{i} is a detail worth keeping.' for i in range(8))
         chatter = '\n'.join(f'* 🟢 (11:{i:02d}) Assistant replied: chatter {day}-{i}.' for i in range(8))
-        sections.append(f'## Group `g{day}`\n{long_range}\n\nDate: Jan {day + 1}, 2025\n{facts}\n{chatter}')
-    log = '\n\n'.join(sections)
+        first = 1 + 10 * day
+        groups.append(
+            ctx.wrap_in_observation_group(
+                f'Date: Jan {day + 1}, 2025\n{facts}\n{chatter}',
+                ctx.group_range(first, first + 9),
+                group_id=ctx.group_id_for(first),
+            )
+        )
+    source = '\n\n'.join(groups)
+    shown = ctx.render_observation_groups_for_reflection(source) or ''
     for level in range(4):
-        out = inner(reflect(log, level))
-        assert out.count(long_range) == 3 and '…' not in out
+        out = inner(reflect(shown, level))
         headers = [line for line in out.splitlines() if line.startswith('## Group')]
-        assert headers == [f'## Group `g{d}`' for d in range(3)]
-        assert len(out) < len(log)
+        assert headers == ['## Group `g1` `g11`', '## Group `g21`'] and '…' not in out
+        assert len(out) < len(shown)
+        reconciled = ctx.reconcile_observation_groups_from_reflection(out, source) or ''
+        assert ctx.group_markup_problem(reconciled) is None
+        ranges = [g.range for g in ctx.parse_observation_groups(reconciled)]
+        assert ranges == ['#1:#20', '#21:#30']
 
 
 def test_reflection_merges_boundaries_dates_and_threads() -> None:

@@ -164,6 +164,7 @@ def test_reflection_waits_for_older_unobserved_messages():
     work = CollectingWork()
     config = resource_config(message_tokens=40)
     config['reflection'] = {'observationTokens': 20}
+    config['observation']['archive'] = {'afterTokens': 10_000}  # this test is about reflection, not the bound
     h = harness(config, work=work)
     h.step(h.user('older thread ' + words(5)), thread='old')
     h.engine.complete_turn('r1', 'new', [h.user(words(45))])

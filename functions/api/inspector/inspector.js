@@ -339,7 +339,41 @@
     renderBars();
     $('current-task').replaceChildren(hintText(memory.currentTask, 'No current task yet.'));
     $('suggested-response').replaceChildren(hintText(memory.suggestedResponse, 'No suggested response yet.'));
+    renderArchive();
     renderFailures();
+  }
+
+  // -- the archive: observation groups moved out of the active log past its bound --------------------------------------
+  function renderArchive() {
+    const archive = state.memory.archive || { groups: [], tokens: 0, afterTokens: 0, keepTokens: 0 };
+    const box = $('archive');
+    const groups = archive.groups || [];
+    $('archive-summary').textContent = groups.length
+      ? `${groups.length} archived · ${fmt(archive.tokens)} tokens`
+      : `nothing archived (the log is archived past ${fmt(archive.afterTokens)} tokens)`;
+    if (!groups.length) {
+      box.replaceChildren(
+        el(
+          'p',
+          { class: 'empty' },
+          `When reflection cannot keep the log small, its oldest groups move here past ${fmt(archive.afterTokens)} ` +
+            `tokens (about ${fmt(archive.keepTokens)} stay), with no model call. Nothing is deleted.`,
+        ),
+      );
+      return;
+    }
+    box.replaceChildren(
+      ...groups.map((g) => {
+        const range = g.range ? `messages ${g.range.replace(':', '–')}` : 'messages not recorded';
+        const tree = parseLog(g.observations);
+        return el(
+          'section',
+          { class: 'obs-group archived', dataset: { id: g.id } },
+          el('div', { class: 'group-label' }, `${range} · archived ${when(g.archivedAt)} · ${fmt(g.tokens)} tokens`),
+          tree.children.map(renderNode),
+        );
+      }),
+    );
   }
 
   function hintText(text, empty) {
@@ -383,7 +417,20 @@
         if (stack.length > 1) stack.pop();
         continue;
       }
-      if (/^\s*<\/?observation-group\b/.test(line)) continue; // retrieval bookkeeping, not the Observer's words
+      match = line.match(/^\s*<observation-group\b([^>]*)>$/);
+      if (match) {
+        // Retrieval mode: a group names the messages it came from; shown as a labelled block, never as tags
+        const range = (match[1].match(/\brange="([^"]*)"/) || [])[1] || '';
+        const group = { kind: 'group', range, children: [], date: null };
+        if (top().kind === 'group') stack.pop();
+        top().children.push(group);
+        stack.push(group);
+        continue;
+      }
+      if (/^\s*<\/observation-group>$/.test(line)) {
+        if (top().kind === 'group') stack.pop();
+        continue;
+      }
       match = line.match(/^\s*--- message boundary \((.+)\) ---$/);
       if (match) {
         // Inside the current date group: the same date after it continues that group, under one heading.
@@ -481,6 +528,19 @@
       }
       return el('section', { class: 'thread-section', dataset: { thread: node.id } }, label, node.children.map(renderNode));
     }
+    if (node.kind === 'group') {
+      const [start, end] = node.range.split(',')[0].split(':');
+      const last = node.range.split(',').pop().split(':').pop();
+      const label = node.range
+        ? start === last ? `message ${start}` : `messages ${start}–${last || end}`
+        : 'messages not recorded';
+      return el(
+        'section',
+        { class: 'obs-group', dataset: { range: node.range } },
+        el('div', { class: 'group-label', title: 'the raw messages these observations came from (recall reads them)' }, label),
+        node.children.map(renderNode),
+      );
+    }
     if (node.kind === 'date') {
       return el(
         'div',
@@ -514,7 +574,7 @@
       if (hit) shown += 1;
       highlight(line.querySelector('.text'), needle);
     }
-    for (const group of $('log').querySelectorAll('.date-group, .thread-section')) {
+    for (const group of $('log').querySelectorAll('.date-group, .thread-section, .obs-group')) {
       group.hidden = Boolean(needle) && !group.querySelector('.obs:not([hidden])');
     }
     for (const boundary of $('log').querySelectorAll('.boundary')) boundary.hidden = Boolean(needle);
@@ -646,7 +706,34 @@
   }
 
   // -- failures -----------------------------------------------------------------------------------------------------
+  function renderNotes() {
+    const notes = state.memory.recentNotes || [];
+    const box = $('notes');
+    if (!notes.length) {
+      box.replaceChildren(el('p', { class: 'empty' }, 'No answer was accepted with a doubt.'));
+      return;
+    }
+    box.replaceChildren(
+      ...notes.map((n) =>
+        el(
+          'article',
+          { class: 'note', dataset: { note: n.note, operation: n.operationType } },
+          el('h3', {}, `${n.operationType} accepted with a note: `, el('span', { class: 'mono' }, n.note), ` · ${when(n.at)}`),
+          el('p', {}, NOTE_MEANINGS[n.note] || 'A check was unsure about this answer; it became memory all the same.'),
+          el('pre', { class: 'note-text' }, n.message || ''),
+        ),
+      ),
+    );
+  }
+
+  const NOTE_MEANINGS = {
+    mostly_prose: 'Most of the answer’s lines are prose around a few observation lines; it was kept as written.',
+    repeated_item: 'One observation line makes up most of the answer (a faithful summary of a repetitive run may).',
+    newest_date_missing: 'The reflection no longer names the log’s newest date (it may write dates another way).',
+  };
+
   function renderFailures() {
+    renderNotes();
     const failures = state.memory.recentFailures || [];
     const count = $('failure-count');
     count.textContent = failures.length ? String(failures.length) : '';

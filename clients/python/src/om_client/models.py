@@ -319,7 +319,7 @@ class MemoryStatus(WireModel):
 
 
 class Generation(WireModel):
-    """One generation of a memory (`trigger`: `initial`, `reflection` or `reset`)."""
+    """One generation of a memory (`trigger`: `initial`, `reflection`, `archive` or `reset`)."""
 
     generation: int = 0
     record_id: str | None = None
@@ -393,6 +393,7 @@ class RecallResult(WireModel):
 
     results: str | None = None
     messages: str | None = None
+    observations: str | None = None
     count: int | None = None
     cursor: str | None = None
     page: int | None = None
@@ -412,7 +413,7 @@ class RecallResult(WireModel):
 
     def as_text(self) -> str:
         """The answer's main text (messages, threads, search results or one part), for a model or a person."""
-        for value in (self.messages, self.results, self.threads, self.text):
+        for value in (self.messages, self.results, self.observations, self.threads, self.text):
             if value:
                 return value
         return self.model_dump_json(by_alias=True, exclude_none=True)

@@ -97,7 +97,7 @@ def build_server(client: AsyncMemoryClient, resource_id: str, *, search: bool) -
 
     async def recall(
         threadId: str,  # noqa: N803 - the recall tool's parameter names are the API's
-        mode: Literal['messages', 'threads', 'search'] = 'messages',
+        mode: Literal['messages', 'threads', 'search', 'observations'] = 'messages',
         cursor: str | None = None,
         page: int | None = None,
         limit: int | None = None,
