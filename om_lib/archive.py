@@ -308,24 +308,36 @@ def page_archive(
 # ---------------------------------------------------------------------------------------------------------------------
 # The engine's room
 # ---------------------------------------------------------------------------------------------------------------------
-class Archive:
-    """Keeps a record's active log within its bound by archiving (see module docstring)."""
+# Past this many times the bound the archive acts even when a reflection may still shrink the log (one was handed to
+# the worker and has not started): the Actor's context stays bounded however long the queue takes.
+HARD_BOUND_FACTOR = 2
 
-    def __init__(self, rt: Runtime) -> None:
+
+class Archive:
+    """Keeps a record's active log within its bound by archiving (see module docstring).
+
+    `reflection_pending` says whether a reflection may still shrink a record's log (due and not failing, or staged):
+    the archive leaves such a log to it, up to `HARD_BOUND_FACTOR` × the bound, so a healthy Reflector's work is never
+    pre-empted by a move that makes its result unusable. It acts once reflection cannot (refused, backing off, the
+    model down) or cannot keep up.
+    """
+
+    def __init__(self, rt: Runtime, reflection_pending: Callable[[OMRecord], bool] | None = None) -> None:
         self.rt = rt
+        self._reflection_pending = reflection_pending or (lambda _record: False)
 
     def enforce(self, record: OMRecord, thread_id: str, parts: CycleParts) -> OMRecord:
         """Archive the oldest groups of a log past its bound, in one conditional write; the record as it is after."""
         rt = self.rt
         settings = rt.settings.archive
-        if record.observation_tokens <= settings.after_tokens or self._reflecting(record):
+        if record.observation_tokens <= settings.after_tokens or self._waits_for_reflection(record):
             return record
         count = rt.counter.count_observations
         moved: list[tuple[ArchivedGroup, ...]] = []
         now = rt.clock.now()
 
         def build(current: OMRecord) -> OMRecord | None:
-            if self._reflecting(current):
+            if current.observation_tokens <= settings.after_tokens or self._waits_for_reflection(current):
                 return None
             plan = plan_archive(current.active_observations, count, settings)
             if plan is None:
@@ -368,6 +380,14 @@ class Archive:
             )
         )
         return committed
+
+    def _waits_for_reflection(self, record: OMRecord) -> bool:
+        """Leave this log to a reflection: one is running, or one may still shrink it and the log is within the hard
+        bound (an observation that jumps past both thresholds hands its reflection to the worker first)."""
+        if self._reflecting(record):
+            return True
+        hard_bound = self.rt.settings.archive.after_tokens * HARD_BOUND_FACTOR
+        return record.observation_tokens <= hard_bound and self._reflection_pending(record)
 
     def _reflecting(self, record: OMRecord) -> bool:
         """A reflection of this very log is running (a step's, or the workflow's, staging or committing): its result

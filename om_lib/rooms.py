@@ -29,4 +29,5 @@ class MemoryRooms:
     archive: Archive = field(init=False)
 
     def __post_init__(self) -> None:
-        self.archive = Archive(self.rt)
+        reflection = self.reflection
+        self.archive = Archive(self.rt, lambda record: reflection.due(record) or bool(record.buffered_reflection))

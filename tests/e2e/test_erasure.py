@@ -31,7 +31,7 @@ pytestmark = pytest.mark.e2e
 CONFIG: dict[str, Any] = {
     'model': 'default',
     'observation': {'messageTokens': 200, 'bufferTokens': False},
-    'reflection': {'observationTokens': 300},
+    'reflection': {'observationTokens': 200},
     'retrieval': {'vector': True},
 }
 SECRET = 'ZANZIBAR'

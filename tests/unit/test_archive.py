@@ -12,12 +12,13 @@ from hypothesis import strategies as st
 
 from om_lib import buffering as buf
 from om_lib import context as ctx
-from om_lib.archive import catalog_line, page_archive, plan_archive
+from om_lib.archive import Archive, catalog_line, page_archive, plan_archive
 from om_lib.config import ArchiveSettings
 from om_lib.forgetting import archive_without
 from om_lib.history import forget_messages
+from om_lib.parts import CycleParts
 from om_lib.recall import RecallRequest, recall
-from om_lib.records import ArchivedGroup, BufferedChunk
+from om_lib.records import ArchivedGroup, BufferedChunk, OMRecord
 from om_lib.reflector import merge_buffered_reflection
 from tests.unit.test_engine import Harness, words
 
@@ -201,6 +202,41 @@ def test_a_refusing_reflector_never_lets_the_log_pass_its_bound_and_nothing_said
     runs = len(h.model.calls_for('reflector')) / 4
     elapsed = (h.clock.now() - started).total_seconds()
     assert 1 <= runs <= 2 + math.log2(elapsed / 30), (runs, elapsed)
+
+
+def test_the_archive_leaves_the_log_to_a_reflection_that_may_still_shrink_it_up_to_twice_the_bound() -> None:
+    # Given a log past its bound (an observation that jumped past the reflection threshold and the bound at once)
+    h = Harness(
+        {
+            'model': 'default',
+            'retrieval': True,
+            'observation': {'messageTokens': 30, 'bufferTokens': False, 'archive': {'afterTokens': 120}},
+            'reflection': {'observationTokens': 100},
+        }
+    )
+    rt = h.engine.rt
+    head = rt.writer.get_or_create('thread', 'r1', 't1')
+
+    def with_log(n_groups: int) -> OMRecord:
+        log = log_of(n_groups)
+        tokens = rt.counter.count_observations(log)
+        committed = rt.writer.commit(
+            rt.writer.fresh(head),
+            lambda cur: cur.model_copy(update={'active_observations': log, 'observation_tokens': tokens}),
+        )
+        assert committed is not None
+        return committed
+
+    record = with_log(6)
+    assert 120 < record.observation_tokens <= 240
+    # When a reflection is due and nothing says it cannot run (it was handed to the worker): the log is left to it
+    assert Archive(rt, lambda _r: True).enforce(record, 't1', CycleParts()).archived == ()
+    # When the reflection cannot run (refused, backing off, the model down): the oldest groups are archived now
+    assert Archive(rt, lambda _r: False).enforce(record, 't1', CycleParts()).archived
+    # And past twice the bound the archive acts whatever a reflection might still do
+    record = with_log(10)
+    assert record.observation_tokens > 240
+    assert Archive(rt, lambda _r: True).enforce(record, 't1', CycleParts()).archived
 
 
 def test_deleting_messages_drops_the_archived_groups_derived_from_them() -> None:

@@ -440,9 +440,12 @@
       match = line.match(/^\s*Date:\s*(.+)$/);
       if (match) {
         // Each observation batch (a buffered chunk, a retrieval group) starts with its own `Date:` line: the same
-        // date as the open group adds to it instead of repeating the heading.
-        if (top().date && top().date.date === match[1].trim()) continue;
-        const group = { kind: 'date', date: match[1].trim(), children: [] };
+        // date as the open group adds to it instead of repeating the heading, and a group that starts on the day
+        // the group before it ended on continues that day under its label, without a second heading.
+        const date = match[1].trim();
+        if (top().date && top().date.date === date) continue;
+        if (top().kind === 'group' && !top().date && !top().children.length && lastDate(stack) === date) continue;
+        const group = { kind: 'date', date, children: [] };
         top().children.push(group);
         top().date = group;
         continue;
@@ -451,6 +454,20 @@
       target.children.push(parseLine(line));
     }
     return root;
+  }
+
+  // The day the log was on just before the innermost open block began: the last date heading among the blocks
+  // before it (a retrieval group continues the day of the group before it), else the enclosing block's.
+  function lastDate(stack) {
+    const parent = stack[stack.length - 2];
+    if (!parent) return null;
+    const siblings = parent.children;
+    for (let i = siblings.length - 2; i >= 0; i -= 1) {
+      const node = siblings[i];
+      const dated = node.kind === 'date' ? [node] : (node.children || []).filter((c) => c.kind === 'date');
+      if (dated.length) return dated[dated.length - 1].date;
+    }
+    return parent.date ? parent.date.date : null;
   }
 
   function parseLine(line) {
