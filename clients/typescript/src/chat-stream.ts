@@ -49,6 +49,11 @@ export type ChatStreamChunk =
 /** The protocol version this reader speaks. */
 export const UI_MESSAGE_STREAM_VERSION = 'v1';
 
+/** Let go of a body that will not be read (not awaited: the cancel of a tee'd body waits for its twin). */
+export function discard(response: Response): void {
+  void response.body?.cancel().catch(() => undefined);
+}
+
 function isChunk(value: unknown): value is ChatStreamChunk {
   return typeof value === 'object' && value !== null && typeof (value as { type?: unknown }).type === 'string';
 }
@@ -64,7 +69,7 @@ export async function* readChatStream(
 ): AsyncGenerator<ChatStreamChunk, void, undefined> {
   const kind = response.headers.get('content-type') ?? '';
   if (!kind.startsWith('text/event-stream') || !response.body) {
-    await response.body?.cancel();
+    discard(response);
     throw new APIError(
       `the server answered ${kind || 'no content type'} instead of an event stream: it does not stream chat ` +
         '(use chat(), or a server version that streams)',
@@ -73,7 +78,7 @@ export async function* readChatStream(
   }
   const version = response.headers.get('x-vercel-ai-ui-message-stream');
   if (version && version !== UI_MESSAGE_STREAM_VERSION) {
-    await response.body.cancel();
+    discard(response);
     throw new APIError(`the server streams UI message protocol ${version}; this client reads ${UI_MESSAGE_STREAM_VERSION}`, {
       status: response.status,
       code: 'stream_unsupported',
@@ -89,8 +94,8 @@ export async function* readChatStream(
     while (true) {
       signal?.throwIfAborted();
       const { value, done } = await reader.read();
+      signal?.throwIfAborted(); // an abort while waiting ends the read as `done`: it is still an abort
       if (done) break;
-      signal?.throwIfAborted();
       if (value.data === '[DONE]') break;
       let chunk: unknown;
       try {
@@ -111,6 +116,6 @@ export async function* readChatStream(
     }
   } finally {
     signal?.removeEventListener('abort', cancel);
-    await reader.cancel().catch(() => undefined);
+    void reader.cancel().catch(() => undefined); // not awaited: a tee'd body's cancel waits for its twin
   }
 }

@@ -17,7 +17,7 @@
  */
 import createClient from 'openapi-fetch';
 import { type Auth, noAuth } from './auth.js';
-import { type ChatStreamChunk, readChatStream } from './chat-stream.js';
+import { type ChatStreamChunk, discard, readChatStream } from './chat-stream.js';
 import { APIError, ConnectionFailed, ThreadExists, errorFor } from './errors.js';
 import type { paths } from './generated/openapi.js';
 import { asMessage, checkId, newMessageId } from './messages.js';
@@ -341,7 +341,7 @@ export class MemoryClient {
     );
     const kind = response.headers.get('content-type') ?? '';
     if (!kind.startsWith('text/event-stream')) {
-      await response.body?.cancel();
+      discard(response);
       throw new APIError(
         `the server answered ${kind || 'no content type'} instead of an event stream: it does not stream chat ` +
           '(use chat(), or a server version that streams)',

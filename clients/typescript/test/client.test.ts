@@ -16,6 +16,8 @@ import {
   NotFound,
   PayloadTooLarge,
   RateLimited,
+  RECALL_DESCRIPTION,
+  RECALL_PARAMETERS,
   ServerError,
   ServiceUnavailable,
   ThreadExists,
@@ -23,6 +25,8 @@ import {
   TooLarge,
   userMessage,
   ValidationFailed,
+  WORKING_MEMORY_DESCRIPTION,
+  WORKING_MEMORY_PARAMETERS,
 } from 'om-client';
 import { iamAuth, regionFromUrl } from 'om-client/iam';
 import { apiError, hang, json, networkError, ScriptedFetch } from './helpers.js';
@@ -346,4 +350,14 @@ test('an upload is presigned, then PUT with the signed headers and without the A
   assert.equal(put.headers.get('x-amz-server-side-encryption'), 'AES256');
   assert.equal(put.headers.get('authorization'), null);
   assert.equal(fetch.requests.length, 3); // the 500 was retried
+});
+
+test("the tools' declarations are the Python client's, word for word", (t) => {
+  const python = process.env.OM_TEST_PYTHON_TOOLS;
+  if (!python) {
+    if (process.env.OM_TEST_REQUIRE_SERVER) throw new Error('OM_TEST_PYTHON_TOOLS is required');
+    t.skip('needs the Python client: run through the test suite');
+    return;
+  }
+  assert.deepEqual(JSON.parse(python), [RECALL_DESCRIPTION, RECALL_PARAMETERS, WORKING_MEMORY_DESCRIPTION, WORKING_MEMORY_PARAMETERS]);
 });

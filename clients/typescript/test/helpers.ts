@@ -90,7 +90,7 @@ export function networkError(code: string): TypeError {
 export type FakeReply =
   | { text: string }
   | { toolCalls: { name: string; arguments: Record<string, unknown> }[]; text?: string }
-  | { status: number; message?: string };
+  | { status: number; message?: string; headers?: Record<string, string> };
 
 /** The chat completion requests the fake model received (the bodies the OpenAI-compatible provider sent). */
 export interface ChatRequestBody {

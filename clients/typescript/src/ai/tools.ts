@@ -33,10 +33,11 @@ export interface MemoryToolOptions {
 
 export type RecallTool = Tool<RecallArgs, RecallResult | { error: string }>;
 export type WorkingMemoryTool = Tool<WorkingMemoryArgs, { success: true } | { success: false; error: string }>;
-export interface MemoryTools {
+/** A type, not an interface, so it fits where the AI SDK takes a `ToolSet`. */
+export type MemoryTools = {
   recall: RecallTool;
   updateWorkingMemory: WorkingMemoryTool;
-}
+};
 
 function bindingOf(options: MemoryToolOptions): { threadId: string; resourceId: string } {
   const resourceId = options.resourceId ?? options.client.resourceId;
