@@ -20,10 +20,16 @@ import { parseArgs } from 'node:util';
 
 const { values: args } = parseArgs({
   options: {
-    'api-url': { type: 'string', default: process.env.OM_API_URL ?? 'http://127.0.0.1:8787' },
+    'api-url': {
+      type: 'string',
+      default: process.env.OM_API_URL ?? 'http://127.0.0.1:8787',
+    },
     'resource-id': { type: 'string', default: 'me' },
     'thread-id': { type: 'string', default: 'ai-sdk-chat' },
-    model: { type: 'string', default: process.env.OM_EXAMPLE_MODEL ?? 'gpt-4o-mini' },
+    model: {
+      type: 'string',
+      default: process.env.OM_EXAMPLE_MODEL ?? 'gpt-4o-mini',
+    },
     message: { type: 'string' },
     generate: { type: 'boolean', default: false },
   },
@@ -35,21 +41,33 @@ function show(parts: OmPart[]): void {
     if (part.type === 'data-om-observation-start') console.error(`  [memory: ${part.data.operationType} started]`);
     else if (part.type === 'data-om-observation-end') {
       console.error(`  [memory: ${part.data.operationType} done, ${part.data.observationTokens} observation tokens]`);
-    } else if (part.type === 'data-om-observation-failed') console.error(`  [memory: ${part.data.operationType} failed: ${part.data.reason}]`);
-    else if (part.type === 'data-om-scheduled') console.error(`  [memory: scheduled ${part.data.operations.join(', ')}]`);
+    } else if (part.type === 'data-om-observation-failed')
+      console.error(`  [memory: ${part.data.operationType} failed: ${part.data.reason}]`);
+    else if (part.type === 'data-om-scheduled')
+      console.error(`  [memory: scheduled ${part.data.operations.join(', ')}]`);
   }
 }
 
 async function main(): Promise<void> {
-  const client = new MemoryClient({ apiUrl: args['api-url'], resourceId: args['resource-id'] });
-  const memory = observationalMemory({ client, threadId: args['thread-id'], onParts: show });
+  const client = new MemoryClient({
+    apiUrl: args['api-url'],
+    resourceId: args['resource-id'],
+  });
+  const memory = observationalMemory({
+    client,
+    threadId: args['thread-id'],
+    onParts: show,
+  });
   const provider = createOpenAICompatible({
     name: 'openai',
     baseURL: process.env.OPENAI_BASE_URL ?? 'https://api.openai.com/v1',
     apiKey: process.env.OPENAI_API_KEY,
     includeUsage: true,
   });
-  const model = wrapLanguageModel({ model: provider.chatModel(args.model), middleware: memory });
+  const model = wrapLanguageModel({
+    model: provider.chatModel(args.model),
+    middleware: memory,
+  });
   const call = {
     model,
     system: 'You are a helpful assistant. Use what you remember about the user.',
@@ -71,7 +89,9 @@ async function main(): Promise<void> {
       process.stdout.write('\n');
     }
     const status = await client.memory(args['thread-id']);
-    console.error(`  [memory: ${status.observationTokens} observation tokens, ${status.pendingMessageTokens} unobserved message tokens]`);
+    console.error(
+      `  [memory: ${status.observationTokens} observation tokens, ${status.pendingMessageTokens} unobserved message tokens]`,
+    );
   }
 }
 

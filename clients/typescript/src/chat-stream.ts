@@ -79,10 +79,13 @@ export async function* readChatStream(
   const version = response.headers.get('x-vercel-ai-ui-message-stream');
   if (version && version !== UI_MESSAGE_STREAM_VERSION) {
     discard(response);
-    throw new APIError(`the server streams UI message protocol ${version}; this client reads ${UI_MESSAGE_STREAM_VERSION}`, {
-      status: response.status,
-      code: 'stream_unsupported',
-    });
+    throw new APIError(
+      `the server streams UI message protocol ${version}; this client reads ${UI_MESSAGE_STREAM_VERSION}`,
+      {
+        status: response.status,
+        code: 'stream_unsupported',
+      },
+    );
   }
   const events = response.body
     .pipeThrough(new TextDecoderStream() as unknown as TransformStream<Uint8Array, string>)

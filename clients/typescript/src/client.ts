@@ -164,7 +164,7 @@ export class MemoryClient {
     this.fetchImpl = options.fetch ?? ((request) => globalThis.fetch(request));
     this.wait = options.sleep ?? abortableSleep;
     this.random = options.random ?? Math.random;
-    this.headers = { accept: 'application/json', 'x-om-client': `om-client-ts/${VERSION}`, ...options.headers };
+    this.headers = { accept: 'application/json', ...options.headers };
     this.api = createClient<paths>({
       baseUrl: this.apiUrl,
       fetch: (request) => this.transport(request),
@@ -200,7 +200,11 @@ export class MemoryClient {
       const response = await this.fetchImpl(request);
       if (options.stream && response.ok) return response;
       const body = NULL_BODY_STATUSES.has(response.status) ? null : await response.arrayBuffer();
-      return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
+      return new Response(body, {
+        status: response.status,
+        statusText: response.statusText,
+        headers: response.headers,
+      });
     } catch (error) {
       throw new TransportFailure(error instanceof Error ? error.message : String(error), { cause: error });
     }
@@ -263,7 +267,10 @@ export class MemoryClient {
 
   /** Save a turn's outputs (plain strings are assistant messages); schedules background work when due. */
   async turn(threadId: string, messages: readonly MessageLike[], options: CallOptions = {}): Promise<TurnResult> {
-    const body = { resourceId: this.resource(options.resourceId), messages: messages.map((m) => asMessage(m, 'assistant')) };
+    const body = {
+      resourceId: this.resource(options.resourceId),
+      messages: messages.map((m) => asMessage(m, 'assistant')),
+    };
     return this.send(
       `POST /threads/${threadId}/turns`,
       (signal) => this.api.POST('/threads/{threadId}/turns', { params: { path: { threadId } }, body, signal }),
@@ -273,7 +280,11 @@ export class MemoryClient {
 
   /** Send a user message and get the server Actor's reply (steps + Actor + turns in one call). Not resent after a
    * lost answer: the Actor would be asked for a second reply. */
-  async chat(threadId: string, message: MessageLike, options: CallOptions & { readOnly?: boolean } = {}): Promise<ChatResult> {
+  async chat(
+    threadId: string,
+    message: MessageLike,
+    options: CallOptions & { readOnly?: boolean } = {},
+  ): Promise<ChatResult> {
     const body = clean({
       resourceId: this.resource(options.resourceId),
       message: asMessage(message, 'user'),
@@ -379,7 +390,10 @@ export class MemoryClient {
   }
 
   /** The memory's generations, newest first: the current one, then the earlier ones (`limit` at most). */
-  async memoryGenerations(threadId: string, options: CallOptions & { limit?: number } = {}): Promise<MemoryGenerations> {
+  async memoryGenerations(
+    threadId: string,
+    options: CallOptions & { limit?: number } = {},
+  ): Promise<MemoryGenerations> {
     const query = clean({ resourceId: this.resource(options.resourceId), limit: options.limit });
     return this.send(
       `GET /threads/${threadId}/memory/generations`,
@@ -390,8 +404,15 @@ export class MemoryClient {
   }
 
   /** A page of the thread's stored messages, oldest first. */
-  async messages(threadId: string, options: CallOptions & { page?: number; perPage?: number } = {}): Promise<MessagesPage> {
-    const query = { resourceId: this.resource(options.resourceId), page: options.page ?? 0, perPage: options.perPage ?? 100 };
+  async messages(
+    threadId: string,
+    options: CallOptions & { page?: number; perPage?: number } = {},
+  ): Promise<MessagesPage> {
+    const query = {
+      resourceId: this.resource(options.resourceId),
+      page: options.page ?? 0,
+      perPage: options.perPage ?? 100,
+    };
     return this.send(
       `GET /threads/${threadId}/messages`,
       (signal) => this.api.GET('/threads/{threadId}/messages', { params: { path: { threadId }, query }, signal }),
@@ -478,7 +499,12 @@ export class MemoryClient {
   ): Promise<Thread> {
     const generated = options.threadId === undefined;
     const id = checkId('threadId', options.threadId ?? globalThis.crypto.randomUUID());
-    const body = clean({ resourceId: this.resource(options.resourceId), id, title: options.title, metadata: options.metadata });
+    const body = clean({
+      resourceId: this.resource(options.resourceId),
+      id,
+      title: options.title,
+      metadata: options.metadata,
+    });
     try {
       const created = await this.send<{ thread: Thread }>(
         'POST /threads',
@@ -615,7 +641,8 @@ export class MemoryClient {
     if (threadId === undefined) {
       return this.send(
         `GET /resources/${resourceId}/working-memory`,
-        (signal) => this.api.GET('/resources/{resourceId}/working-memory', { params: { path: { resourceId } }, signal }),
+        (signal) =>
+          this.api.GET('/resources/{resourceId}/working-memory', { params: { path: { resourceId } }, signal }),
         options,
       );
     }

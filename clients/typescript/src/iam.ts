@@ -66,7 +66,13 @@ export function iamAuth(options: IamAuthOptions = {}): Auth {
     }
     let signer = signers.get(region);
     if (!signer) {
-      signer = new SignatureV4({ service, region, credentials, sha256: Hash.bind(null, 'sha256'), applyChecksum: false });
+      signer = new SignatureV4({
+        service,
+        region,
+        credentials,
+        sha256: Hash.bind(null, 'sha256'),
+        applyChecksum: false,
+      });
       signers.set(region, signer);
     }
     return signer;

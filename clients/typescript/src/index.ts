@@ -11,6 +11,12 @@ export * from './errors.js';
 export { asMessage, assistantMessage, checkId, newMessageId, textOf, userMessage } from './messages.js';
 export * from './parts.js';
 export { DEFAULT_RETRY_POLICY, type RetryPolicy, retryDelay, retryPolicy } from './retry.js';
-export { RECALL_DESCRIPTION, RECALL_PARAMETERS, type RecallArgs, WORKING_MEMORY_DESCRIPTION, WORKING_MEMORY_PARAMETERS } from './tools.js';
+export {
+  RECALL_DESCRIPTION,
+  RECALL_PARAMETERS,
+  type RecallArgs,
+  WORKING_MEMORY_DESCRIPTION,
+  WORKING_MEMORY_PARAMETERS,
+} from './tools.js';
 export type * from './types.js';
 export type { components, paths } from './generated/openapi.js';

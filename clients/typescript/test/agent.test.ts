@@ -8,7 +8,14 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
-import { createUIMessageStream, generateText, readUIMessageStream, stepCountIs, streamText, wrapLanguageModel } from 'ai';
+import {
+  createUIMessageStream,
+  generateText,
+  readUIMessageStream,
+  stepCountIs,
+  streamText,
+  wrapLanguageModel,
+} from 'ai';
 import { MemoryClient, type OmPart, textOf } from 'om-client';
 import { type MemoryUIMessage, observationalMemory, type OmProviderMetadata } from 'om-client/ai';
 import { FakeModel, servers, texts, uid } from './helpers.js';
@@ -46,7 +53,13 @@ test('20 turns through streamText: memory observes and reflects, the prompt stay
       const search = { mode: 'search', query: 'friend number 3 Person3 City3 stamps colour3' };
       await fake.script({ toolCalls: [{ name: 'recall', arguments: search }] }, { text: 'Person3 lives in City3.' });
     }
-    const result = streamText({ model, system: 'Be brief.', prompt: fact(n), tools: memory.tools(), stopWhen: stepCountIs(3) });
+    const result = streamText({
+      model,
+      system: 'Be brief.',
+      prompt: fact(n),
+      tools: memory.tools(),
+      stopWhen: stepCountIs(3),
+    });
     streamed.push(await result.text);
     lastMetadata = (await result.providerMetadata)?.om as unknown as OmProviderMetadata | undefined;
   }
@@ -71,13 +84,22 @@ test('20 turns through streamText: memory observes and reflects, the prompt stay
   assert.ok(last.messages.length < 20, String(last.messages.length));
   // Memory observed, and reflected (offline Observer and Reflector, small thresholds).
   assert.ok(status.observationTokens > 0);
-  assert.ok(generations.generations.some((g) => g.trigger === 'reflection'), JSON.stringify(generations.generations));
+  assert.ok(
+    generations.generations.some((g) => g.trigger === 'reflection'),
+    JSON.stringify(generations.generations),
+  );
   // The recall tool read the raw history behind the observations: the fact came back to the model.
-  const recalled = last.messages.filter((m) => m.role === 'tool').map((m) => String(m.content)).join('\n');
+  const recalled = last.messages
+    .filter((m) => m.role === 'tool')
+    .map((m) => String(m.content))
+    .join('\n');
   assert.match(recalled, /City3/);
   assert.equal(streamed.at(-1), 'Person3 lives in City3.');
   // Everything said was stored once, in order, with the tool rounds as parts.
-  assert.deepEqual(stored.filter((m) => m.role === 'user').map(textOf), Array.from({ length: 20 }, (_, n) => fact(n)));
+  assert.deepEqual(
+    stored.filter((m) => m.role === 'user').map(textOf),
+    Array.from({ length: 20 }, (_, n) => fact(n)),
+  );
   assert.equal(textOf(stored.at(-1)!), 'Person3 lives in City3.');
   const kinds = stored.flatMap((m) => m.parts.map((p) => p.type));
   assert.equal(kinds.filter((k) => k === 'tool-call').length, 2);
@@ -101,7 +123,10 @@ test('generateText: a model call the AI SDK retries stores the user message once
   const model = wrapLanguageModel({ model: fakeProvider(fake).chatModel('fake-model'), middleware: memory });
   await client.step(threadId, ['Earlier: I live in Lisbon.']);
   await client.turn(threadId, ['Noted.']);
-  await fake.script({ status: 503, message: 'overloaded', headers: { 'retry-after-ms': '10' } }, { text: 'Hello Ana!' });
+  await fake.script(
+    { status: 503, message: 'overloaded', headers: { 'retry-after-ms': '10' } },
+    { text: 'Hello Ana!' },
+  );
 
   // The app passes its own history too: memory replaces it with what it holds.
   const result = await generateText({
@@ -120,13 +145,18 @@ test('generateText: a model call the AI SDK retries stores the user message once
   assert.equal(requests.length, 2); // the 503, then the retry
   assert.deepEqual(requests[0]!.messages, requests[1]!.messages);
   assert.deepEqual(texts(requests[1]!, 'user'), ['Earlier: I live in Lisbon.', 'I am Ana.']);
-  assert.deepEqual(stored, ['user: Earlier: I live in Lisbon.', 'assistant: Noted.', 'user: I am Ana.', 'assistant: Hello Ana!']);
+  assert.deepEqual(stored, [
+    'user: Earlier: I live in Lisbon.',
+    'assistant: Noted.',
+    'user: I am Ana.',
+    'assistant: Hello Ana!',
+  ]);
   const om = result.providerMetadata?.om as unknown as OmProviderMetadata;
   assert.equal(om.saved.length, 1);
   assert.ok(memory.lastStep?.messages.some((m) => textOf(m) === 'I am Ana.'));
 });
 
-test('the data-om-* parts go to the app\'s UI message stream, before the reply, as they happen', async (t) => {
+test("the data-om-* parts go to the app's UI message stream, before the reply, as they happen", async (t) => {
   const env = servers(t);
   if (!env) return;
   const fake = new FakeModel(env.openai);
@@ -138,7 +168,11 @@ test('the data-om-* parts go to the app\'s UI message stream, before the reply, 
   // What a route handler does: memory writes its parts to the stream that carries the reply.
   const stream = createUIMessageStream<MemoryUIMessage>({
     execute: ({ writer }) => {
-      const memory = observationalMemory({ client, threadId, onParts: (parts) => parts.forEach((part) => writer.write(part)) });
+      const memory = observationalMemory({
+        client,
+        threadId,
+        onParts: (parts) => parts.forEach((part) => writer.write(part)),
+      });
       const model = wrapLanguageModel({ model: fakeProvider(fake).chatModel('fake-model'), middleware: memory });
       writer.merge(streamText({ model, prompt: 'I am Ana.' }).toUIMessageStream());
     },
@@ -160,9 +194,16 @@ test('a call may name its thread and a message its id (providerOptions.om)', asy
   await fake.reset();
   const resourceId = uid('r');
   const client = new MemoryClient({ apiUrl: env.api, resourceId });
-  const model = wrapLanguageModel({ model: fakeProvider(fake).chatModel('fake-model'), middleware: observationalMemory({ client }) });
+  const model = wrapLanguageModel({
+    model: fakeProvider(fake).chatModel('fake-model'),
+    middleware: observationalMemory({ client }),
+  });
   const threadId = uid('t');
-  const message = { role: 'user' as const, content: 'Book the 9:00 train.', providerOptions: { om: { messageId: 'msg_booking_1' } } };
+  const message = {
+    role: 'user' as const,
+    content: 'Book the 9:00 train.',
+    providerOptions: { om: { messageId: 'msg_booking_1' } },
+  };
 
   await generateText({ model, messages: [message], providerOptions: { om: { threadId } } });
   await generateText({ model, messages: [message], providerOptions: { om: { threadId } } }); // the app retries
@@ -192,6 +233,7 @@ test('the example agent answers, streaming or not, and remembers', async (t) => 
   assert.match(streamedRun.stderr, /\[memory: /);
   assert.match(generatedRun.stdout, /assistant: You are Ana\./);
   const stored = [];
-  for await (const message of new MemoryClient({ apiUrl: env.api, resourceId }).iterMessages(threadId)) stored.push(textOf(message));
+  for await (const message of new MemoryClient({ apiUrl: env.api, resourceId }).iterMessages(threadId))
+    stored.push(textOf(message));
   assert.deepEqual(stored, ['I am Ana.', 'Hello Ana, noted.', 'Who am I?', 'You are Ana.']);
 });

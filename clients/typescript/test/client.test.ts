@@ -118,7 +118,10 @@ test('threads, working memory and queries send what the API takes', async () => 
   const [patch, create] = fetch.bodies() as Record<string, unknown>[];
   assert.deepEqual(patch, { resourceId: 'me', title: null }); // null removes the title; metadata left as is
   assert.equal(fetch.requests[0]!.request.method, 'PATCH');
-  assert.deepEqual({ ...create, id: undefined }, { resourceId: 'me', id: undefined, title: 'Trip', metadata: { topic: 'travel' } });
+  assert.deepEqual(
+    { ...create, id: undefined },
+    { resourceId: 'me', id: undefined, title: 'Trip', metadata: { topic: 'travel' } },
+  );
   assert.equal(wmFetch.requests[0]!.request.method, 'PUT');
   assert.equal(new URL(wmFetch.requests[0]!.request.url).pathname, '/prod/threads/t1/working-memory');
   assert.deepEqual(wmFetch.bodies()[0], { workingMemory: '# Me', resourceId: 'me' });
@@ -146,7 +149,10 @@ test('429, 502, 503 and connection failures are retried with exponential backoff
 });
 
 test('Retry-After is honoured', async () => {
-  const fetch = new ScriptedFetch(apiError(429, 'too_many_requests', 'slow down', { 'retry-after': '7' }), json(200, STEP));
+  const fetch = new ScriptedFetch(
+    apiError(429, 'too_many_requests', 'slow down', { 'retry-after': '7' }),
+    json(200, STEP),
+  );
   const { om, sleeps } = client(fetch);
 
   await om.step('t1', ['hi']);
@@ -231,7 +237,12 @@ test('a delete whose first attempt succeeded is done', async () => {
 test('an abort stops the wait between retries and rejects with the signal reason', async () => {
   const fetch = new ScriptedFetch(apiError(503, 'model_unavailable'));
   const controller = new AbortController();
-  const om = new MemoryClient({ apiUrl: URL_, resourceId: 'me', fetch: fetch.fetch, retries: { backoffBaseMs: 60_000 } });
+  const om = new MemoryClient({
+    apiUrl: URL_,
+    resourceId: 'me',
+    fetch: fetch.fetch,
+    retries: { backoffBaseMs: 60_000 },
+  });
 
   const pending = om.step('t1', ['hi'], { signal: controller.signal });
   setTimeout(() => controller.abort(new Error('user left')), 20);
@@ -276,11 +287,33 @@ test('each error code throws its class; an unknown code its status family', () =
 
 test('every code the server answers has its own class', () => {
   const serverCodes = [
-    'invalid_json', 'validation_error', 'payload_too_large', 'unauthenticated', 'forbidden', 'not_found',
-    'thread_not_found', 'method_not_allowed', 'message_conflict', 'thread_exists', 'version_conflict', 'erased',
-    'invalid_input', 'retrieval_disabled', 'working_memory_disabled', 'invalid_working_memory',
-    'working_memory_too_large', 'model_unavailable', 'model_error', 'storage_unavailable', 'internal_error',
-    'too_many_requests', 'dependency_unavailable', 'timeout', 'bad_request', 'invalid_id', 'too_large',
+    'invalid_json',
+    'validation_error',
+    'payload_too_large',
+    'unauthenticated',
+    'forbidden',
+    'not_found',
+    'thread_not_found',
+    'method_not_allowed',
+    'message_conflict',
+    'thread_exists',
+    'version_conflict',
+    'erased',
+    'invalid_input',
+    'retrieval_disabled',
+    'working_memory_disabled',
+    'invalid_working_memory',
+    'working_memory_too_large',
+    'model_unavailable',
+    'model_error',
+    'storage_unavailable',
+    'internal_error',
+    'too_many_requests',
+    'dependency_unavailable',
+    'timeout',
+    'bad_request',
+    'invalid_id',
+    'too_large',
   ];
   for (const code of serverCodes) assert.ok(BY_CODE.has(code), code);
   assert.equal(new Set(serverCodes.map((c) => BY_CODE.get(c))).size, serverCodes.length);
@@ -290,7 +323,10 @@ test('a gateway error without our body is still typed', async () => {
   const fetch = new ScriptedFetch(new Response('<html>Bad Gateway</html>', { status: 502 }));
   const { om } = client(fetch, { retries: 0 });
 
-  await assert.rejects(om.memory('t1'), (error: unknown) => error instanceof ServerError && /Bad Gateway/.test(error.message));
+  await assert.rejects(
+    om.memory('t1'),
+    (error: unknown) => error instanceof ServerError && /Bad Gateway/.test(error.message),
+  );
 });
 
 // -- auth -----------------------------------------------------------------------------------------------------------
@@ -322,7 +358,10 @@ test('IAM signs with SigV4 for execute-api in the URL region, covering the sessi
   await om.step('t1', [userMessage('two', { id: 'm1' })]);
 
   const [first, second] = fetch.requests.map((r) => r.request.headers);
-  assert.match(first!.get('authorization')!, /^AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE\/\d{8}\/eu-west-1\/execute-api\/aws4_request/);
+  assert.match(
+    first!.get('authorization')!,
+    /^AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE\/\d{8}\/eu-west-1\/execute-api\/aws4_request/,
+  );
   assert.match(first!.get('authorization')!, /SignedHeaders=content-type;host;x-amz-date;x-amz-security-token,/);
   assert.equal(first!.get('x-amz-security-token'), 'session-token');
   const signature = (h: Headers) => h.get('authorization')!.split('Signature=')[1];
@@ -333,7 +372,8 @@ test('IAM signs with SigV4 for execute-api in the URL region, covering the sessi
 
 // -- attachments ------------------------------------------------------------------------------------------------------
 test('an upload is presigned, then PUT with the signed headers and without the API credentials', async () => {
-  const uploadUrl = 'https://bucket.s3.amazonaws.com/k?X-Amz-SignedHeaders=content-type%3Bhost%3Bx-amz-server-side-encryption';
+  const uploadUrl =
+    'https://bucket.s3.amazonaws.com/k?X-Amz-SignedHeaders=content-type%3Bhost%3Bx-amz-server-side-encryption';
   const fetch = new ScriptedFetch(
     json(201, { url: 's3://bucket/k', uploadUrl, expiresAt: AT }),
     new Response(null, { status: 500 }),
@@ -341,10 +381,25 @@ test('an upload is presigned, then PUT with the signed headers and without the A
   );
   const { om } = client(fetch, { auth: bearerAuth('tok') });
 
-  const part = await om.uploadAttachment('t1', new Uint8Array([137, 80, 78, 71]), { filename: 'pass.png', mediaType: 'image/png' });
+  const part = await om.uploadAttachment('t1', new Uint8Array([137, 80, 78, 71]), {
+    filename: 'pass.png',
+    mediaType: 'image/png',
+  });
 
-  assert.deepEqual(part, { type: 'image', url: 's3://bucket/k', mediaType: 'image/png', filename: 'pass.png', size: 4 });
-  assert.deepEqual(fetch.bodies()[0], { resourceId: 'me', threadId: 't1', filename: 'pass.png', mediaType: 'image/png', size: 4 });
+  assert.deepEqual(part, {
+    type: 'image',
+    url: 's3://bucket/k',
+    mediaType: 'image/png',
+    filename: 'pass.png',
+    size: 4,
+  });
+  assert.deepEqual(fetch.bodies()[0], {
+    resourceId: 'me',
+    threadId: 't1',
+    filename: 'pass.png',
+    mediaType: 'image/png',
+    size: 4,
+  });
   const put = fetch.requests[2]!.request;
   assert.equal(put.method, 'PUT');
   assert.equal(put.headers.get('x-amz-server-side-encryption'), 'AES256');
@@ -359,5 +414,10 @@ test("the tools' declarations are the Python client's, word for word", (t) => {
     t.skip('needs the Python client: run through the test suite');
     return;
   }
-  assert.deepEqual(JSON.parse(python), [RECALL_DESCRIPTION, RECALL_PARAMETERS, WORKING_MEMORY_DESCRIPTION, WORKING_MEMORY_PARAMETERS]);
+  assert.deepEqual(JSON.parse(python), [
+    RECALL_DESCRIPTION,
+    RECALL_PARAMETERS,
+    WORKING_MEMORY_DESCRIPTION,
+    WORKING_MEMORY_PARAMETERS,
+  ]);
 });

@@ -5,7 +5,12 @@ import type { Message } from 'om-client';
 import { fromModelMessage, fromModelOutput, toModelPrompt } from 'om-client/ai';
 
 const AT = '2026-11-28T10:00:00Z';
-const stored = (id: string, role: Message['role'], parts: Message['parts']): Message => ({ id, role, createdAt: AT, parts });
+const stored = (id: string, role: Message['role'], parts: Message['parts']): Message => ({
+  id,
+  role,
+  createdAt: AT,
+  parts,
+});
 
 test('a user message keeps its text and files: bytes as base64, data URLs split, URLs kept', () => {
   const message = fromModelMessage(
@@ -14,7 +19,12 @@ test('a user message keeps its text and files: bytes as base64, data URLs split,
       content: [
         { type: 'text', text: 'look' },
         { type: 'file', mediaType: 'image/png', data: new Uint8Array([137, 80, 78, 71]) },
-        { type: 'file', mediaType: 'application/pdf', data: new URL('data:application/pdf;base64,JVBERg=='), filename: 'a.pdf' },
+        {
+          type: 'file',
+          mediaType: 'application/pdf',
+          data: new URL('data:application/pdf;base64,JVBERg=='),
+          filename: 'a.pdf',
+        },
         { type: 'file', mediaType: 'image/jpeg', data: new URL('https://example.com/cat.jpg') },
       ],
     },
@@ -39,8 +49,18 @@ test('tool results keep their value and whether they failed', () => {
     {
       role: 'tool',
       content: [
-        { type: 'tool-result', toolCallId: 'c1', toolName: 'trains', output: { type: 'json', value: { train: 'IC 521' } } },
-        { type: 'tool-result', toolCallId: 'c2', toolName: 'trains', output: { type: 'error-text', value: 'no trains' } },
+        {
+          type: 'tool-result',
+          toolCallId: 'c1',
+          toolName: 'trains',
+          output: { type: 'json', value: { train: 'IC 521' } },
+        },
+        {
+          type: 'tool-result',
+          toolCallId: 'c2',
+          toolName: 'trains',
+          output: { type: 'error-text', value: 'no trains' },
+        },
       ],
     },
     'm3',
@@ -108,7 +128,12 @@ test('what memory shows the model keeps tool calls and results in pairs and file
         { type: 'tool-call', toolCallId: 'c1', toolName: 'gates', input: { flight: 'TP1' } },
       ],
     },
-    { role: 'tool', content: [{ type: 'tool-result', toolCallId: 'c1', toolName: 'gates', output: { type: 'json', value: { gate: 'B4' } } }] },
+    {
+      role: 'tool',
+      content: [
+        { type: 'tool-result', toolCallId: 'c1', toolName: 'gates', output: { type: 'json', value: { gate: 'B4' } } },
+      ],
+    },
     { role: 'system', content: 'similar earlier messages: ...' },
   ]);
 });

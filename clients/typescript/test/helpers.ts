@@ -19,7 +19,8 @@ export function servers(t: TestContext): Servers | undefined {
   const sigv4 = process.env.OM_TEST_SIGV4_URL;
   const openai = process.env.OM_TEST_OPENAI_URL;
   if (api && sigv4 && openai) return { api, sigv4, openai };
-  if (process.env.OM_TEST_REQUIRE_SERVER) throw new Error('OM_TEST_API_URL, OM_TEST_SIGV4_URL and OM_TEST_OPENAI_URL are required');
+  if (process.env.OM_TEST_REQUIRE_SERVER)
+    throw new Error('OM_TEST_API_URL, OM_TEST_SIGV4_URL and OM_TEST_OPENAI_URL are required');
   t.skip('needs the local stack: run through the test suite (pytest tests/clients/test_typescript.py)');
   return undefined;
 }
@@ -66,7 +67,12 @@ export function json(status: number, body: unknown, headers: Record<string, stri
   return new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json', ...headers } });
 }
 
-export function apiError(status: number, code: string, message = 'scripted', headers: Record<string, string> = {}): Response {
+export function apiError(
+  status: number,
+  code: string,
+  message = 'scripted',
+  headers: Record<string, string> = {},
+): Response {
   return json(status, { error: { code, message, details: [{ field: 'x', message: 'bad' }] } }, headers);
 }
 

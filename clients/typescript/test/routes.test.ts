@@ -42,17 +42,35 @@ test('a conversation round-trips: steps, a tool round in a turn, a retried step 
   const question = userMessage('Which trains go from Lisbon to Porto?');
   const step: StepResult = await om.step(thread, [question]);
   const again = await om.step(thread, [question]);
-  const call = { role: 'assistant' as const, parts: [{ type: 'tool-call' as const, toolCallId: 'c1', toolName: 'trains', args: { to: 'Porto' } }] };
-  const result = { role: 'tool' as const, parts: [{ type: 'tool-result' as const, toolCallId: 'c1', toolName: 'trains', result: ['IC 521'] }] };
+  const call = {
+    role: 'assistant' as const,
+    parts: [{ type: 'tool-call' as const, toolCallId: 'c1', toolName: 'trains', args: { to: 'Porto' } }],
+  };
+  const result = {
+    role: 'tool' as const,
+    parts: [{ type: 'tool-result' as const, toolCallId: 'c1', toolName: 'trains', result: ['IC 521'] }],
+  };
   const turn = await om.turn(thread, [call, result, 'The IC 521 leaves at 9:00.']);
 
   assert.equal(step.threadId, thread);
   assert.ok(statusOf(step.parts)?.windows.active.messages.threshold);
-  assert.deepEqual(again.messages.map((m) => m.id), [question.id]);
+  assert.deepEqual(
+    again.messages.map((m) => m.id),
+    [question.id],
+  );
   assert.equal(turn.saved.length, 3);
   const history = await om.messages(thread);
-  assert.deepEqual(history.messages.map((m) => m.role), ['user', 'assistant', 'tool', 'assistant']);
-  assert.deepEqual(history.messages[2]!.parts[0], { type: 'tool-result', toolCallId: 'c1', toolName: 'trains', result: ['IC 521'], isError: false });
+  assert.deepEqual(
+    history.messages.map((m) => m.role),
+    ['user', 'assistant', 'tool', 'assistant'],
+  );
+  assert.deepEqual(history.messages[2]!.parts[0], {
+    type: 'tool-result',
+    toolCallId: 'c1',
+    toolName: 'trains',
+    result: ['IC 521'],
+    isError: false,
+  });
   assert.equal(textOf(history.messages[3]!), 'The IC 521 leaves at 9:00.');
   assert.ok(history.messages.every((m) => ['observed', 'buffered', 'unobserved'].includes(m.omStatus)));
 
@@ -79,7 +97,10 @@ test('memory observes; queries, recall, generations and pages read it back', asy
   const first = await om.messages(thread, { perPage: 2 });
   const all: Message[] = [];
   for await (const message of om.iterMessages(thread, { perPage: 2 })) all.push(message);
-  const around = await om.queryMessages(thread, { perPage: 0, include: [{ id: first.messages[1]!.id, withNextMessages: 1 }] });
+  const around = await om.queryMessages(thread, {
+    perPage: 0,
+    include: [{ id: first.messages[1]!.id, withNextMessages: 1 }],
+  });
   const recalled = await om.recall(thread, { limit: 2 });
   const searched = await om.queryMessages(thread, { vectorSearchString: 'Note 2 Portugal seafood' });
 
@@ -171,7 +192,7 @@ test('IAM: every call is signed with SigV4 from the credential chain, ids and qu
   if (!env) return;
   // The region comes from AWS_REGION (a loopback URL names none); credentials from the environment.
   const om = new MemoryClient({ apiUrl: env.sigv4, resourceId: `acme:${uid('alice')}`, auth: iamAuth() });
-  const thread = `trip(${uid("t")})*`;
+  const thread = `trip(${uid('t')})*`;
 
   const step = await om.step(thread, ["Let's go to Óbidos!"]);
   await om.turn(thread, ['Lovely.']);
@@ -185,9 +206,18 @@ test('IAM: every call is signed with SigV4 from the credential chain, ids and qu
     apiUrl: env.sigv4,
     resourceId: 'r',
     retries: 0,
-    auth: iamAuth({ credentials: { accessKeyId: process.env.AWS_ACCESS_KEY_ID!, secretAccessKey: 'wrong', sessionToken: process.env.AWS_SESSION_TOKEN! } }),
+    auth: iamAuth({
+      credentials: {
+        accessKeyId: process.env.AWS_ACCESS_KEY_ID!,
+        secretAccessKey: 'wrong',
+        sessionToken: process.env.AWS_SESSION_TOKEN!,
+      },
+    }),
   });
-  await assert.rejects(forged.memory(thread), (error: unknown) => error instanceof Forbidden && /signature mismatch/.test(error.message));
+  await assert.rejects(
+    forged.memory(thread),
+    (error: unknown) => error instanceof Forbidden && /signature mismatch/.test(error.message),
+  );
   await assert.rejects(new MemoryClient({ apiUrl: env.sigv4, resourceId: 'r' }).health(), Forbidden);
 });
 
@@ -198,7 +228,13 @@ async function droppingProxy(target: string, matches: (method: string, path: str
   const dropped = new Set<string>();
   const server = createServer((incoming, outgoing) => {
     const forward = httpRequest(
-      { host: upstream.hostname, port: upstream.port, path: incoming.url, method: incoming.method, headers: incoming.headers },
+      {
+        host: upstream.hostname,
+        port: upstream.port,
+        path: incoming.url,
+        method: incoming.method,
+        headers: incoming.headers,
+      },
       (answer) => {
         const key = `${incoming.method} ${incoming.url}`;
         if (matches(incoming.method ?? '', incoming.url ?? '') && !dropped.has(key)) {
@@ -238,7 +274,11 @@ test('a step and a turn whose answers are dropped are retried and stored once; c
   assert.ok(lost instanceof ConnectionFailed && lost.attempts === 1, String(lost));
   const direct = new MemoryClient({ apiUrl: env.api, resourceId });
   const stored = (await direct.messages(thread)).messages.map((m) => `${m.role}: ${textOf(m)}`);
-  assert.deepEqual(stored.slice(0, 3), ['user: Remember: my locker code is 4711.', 'assistant: Noted: 4711.', 'user: And my bike lock is 1234.']);
+  assert.deepEqual(stored.slice(0, 3), [
+    'user: Remember: my locker code is 4711.',
+    'assistant: Noted: 4711.',
+    'user: And my bike lock is 1234.',
+  ]);
   assert.equal(stored.filter((s) => s.includes('4711.') && s.startsWith('user')).length, 1);
   assert.equal(stored.length, 4); // the chat ran once: its user message and one reply
 });

@@ -36,13 +36,29 @@ const CHUNKS: ChatStreamChunk[] = [
   { type: 'start-step' },
   {
     type: 'data-om-observation-start',
-    data: { cycleId: 'c1', operationType: 'observation', startedAt: '2026-11-28T10:00:00Z', tokensToObserve: 420, recordId: 'rec1', threadId: 't1', threadIds: ['t1'], config: CONFIG },
+    data: {
+      cycleId: 'c1',
+      operationType: 'observation',
+      startedAt: '2026-11-28T10:00:00Z',
+      tokensToObserve: 420,
+      recordId: 'rec1',
+      threadId: 't1',
+      threadIds: ['t1'],
+      config: CONFIG,
+    },
   },
   {
     type: 'data-om-observation-end',
     data: {
-      cycleId: 'c1', operationType: 'observation', completedAt: '2026-11-28T10:00:02Z', durationMs: 2000, tokensObserved: 420,
-      observationTokens: 35, observations: '* 🔴 (10:00) User is Ana, lives in Lisbon.', recordId: 'rec1', threadId: 't1',
+      cycleId: 'c1',
+      operationType: 'observation',
+      completedAt: '2026-11-28T10:00:02Z',
+      durationMs: 2000,
+      tokensObserved: 420,
+      observationTokens: 35,
+      observations: '* 🔴 (10:00) User is Ana, lives in Lisbon.',
+      recordId: 'rec1',
+      threadId: 't1',
     },
   },
   { type: 'text-start', id: 'txt-0' },
@@ -89,7 +105,12 @@ test('the reader yields every chunk in order, typed, until [DONE] (frames split 
 
 test('chatStream posts the message with its id and yields the turn; a throttled start is retried', async () => {
   const fetch = new ScriptedFetch(apiError(429, 'too_many_requests', 'slow down', { 'retry-after': '0' }), sse(CHUNKS));
-  const om = new MemoryClient({ apiUrl: 'http://127.0.0.1:9/prod', resourceId: 'me', fetch: fetch.fetch, auth: bearerAuth('tok') });
+  const om = new MemoryClient({
+    apiUrl: 'http://127.0.0.1:9/prod',
+    resourceId: 'me',
+    fetch: fetch.fetch,
+    auth: bearerAuth('tok'),
+  });
   const message = userMessage('I am Ana, I live in Lisbon.');
 
   const chunks = await collect(om.chatStream('t1', message));
@@ -108,12 +129,21 @@ test('chatStream posts the message with its id and yields the turn; a throttled 
 test('a server that answers chat as JSON is refused clearly; a broken frame and an error chunk surface', async () => {
   const jsonServer = new ScriptedFetch(json(200, { reply: null, parts: [] }));
   const om = new MemoryClient({ apiUrl: 'http://127.0.0.1:9', resourceId: 'me', fetch: jsonServer.fetch });
-  await assert.rejects(collect(om.chatStream('t1', 'hi')), (e: unknown) => e instanceof APIError && e.code === 'stream_unsupported');
+  await assert.rejects(
+    collect(om.chatStream('t1', 'hi')),
+    (e: unknown) => e instanceof APIError && e.code === 'stream_unsupported',
+  );
 
   const broken = new Response('data: {"type":"start"}\n\ndata: not json\n\n', { headers: HEADERS });
-  await assert.rejects(collect(readChatStream(broken)), (e: unknown) => e instanceof APIError && e.code === 'invalid_stream');
+  await assert.rejects(
+    collect(readChatStream(broken)),
+    (e: unknown) => e instanceof APIError && e.code === 'invalid_stream',
+  );
 
-  const failed: ChatStreamChunk[] = [{ type: 'start' }, { type: 'error', errorText: 'model_unavailable: the Actor model is unavailable' }];
+  const failed: ChatStreamChunk[] = [
+    { type: 'start' },
+    { type: 'error', errorText: 'model_unavailable: the Actor model is unavailable' },
+  ];
   assert.deepEqual(await collect(readChatStream(sse(failed))), failed);
 });
 
@@ -140,13 +170,20 @@ test('aborting stops the stream and rejects with the reason', async () => {
   const waiting = new ReadableStream<Uint8Array>({ start() {} });
   const later = AbortSignal.timeout(30);
   const alive = setTimeout(() => undefined, 5000); // the abort timer alone does not keep the test's event loop up
-  await assert.rejects(collect(readChatStream(new Response(waiting, { headers: HEADERS }), later)), { name: 'TimeoutError' });
+  await assert.rejects(collect(readChatStream(new Response(waiting, { headers: HEADERS }), later)), {
+    name: 'TimeoutError',
+  });
   clearTimeout(alive);
 });
 
 test('the useChat transport sends only the newest message to the thread of the chat, with the credentials', async () => {
   const fetch = new ScriptedFetch(sse(CHUNKS));
-  const client = new MemoryClient({ apiUrl: 'http://127.0.0.1:9/prod', resourceId: 'me', fetch: fetch.fetch, auth: bearerAuth(async () => 'jwt') });
+  const client = new MemoryClient({
+    apiUrl: 'http://127.0.0.1:9/prod',
+    resourceId: 'me',
+    fetch: fetch.fetch,
+    auth: bearerAuth(async () => 'jwt'),
+  });
   const transport = memoryChatTransport({ client });
   const history: MemoryUIMessage[] = [
     { id: 'u1', role: 'user', parts: [{ type: 'text', text: 'Hi' }] },
@@ -189,14 +226,25 @@ test('the useChat transport sends only the newest message to the thread of the c
   // The AI SDK's own reader assembles the reply and keeps the memory parts on it.
   assert.equal(last?.id, 'msg_reply1');
   const parts = last?.parts ?? [];
-  assert.deepEqual(parts.filter((p) => p.type === 'text').map((p) => p.text), ['Hello Ana!']);
+  assert.deepEqual(
+    parts.filter((p) => p.type === 'text').map((p) => p.text),
+    ['Hello Ana!'],
+  );
   const memoryParts = parts.filter((p) => p.type.startsWith('data-om-')).map((p) => p.type);
-  assert.deepEqual(memoryParts, ['data-om-status', 'data-om-observation-start', 'data-om-observation-end', 'data-om-scheduled']);
+  assert.deepEqual(memoryParts, [
+    'data-om-status',
+    'data-om-observation-start',
+    'data-om-observation-end',
+    'data-om-scheduled',
+  ]);
 });
 
 test('the transport surfaces error answers as the error of their code', async () => {
   const fetch = new ScriptedFetch(apiError(409, 'message_conflict', 'message u1 is stored with other content'));
-  const transport = memoryChatTransport({ client: new MemoryClient({ apiUrl: 'http://127.0.0.1:9', resourceId: 'me', fetch: fetch.fetch }), threadId: 't1' });
+  const transport = memoryChatTransport({
+    client: new MemoryClient({ apiUrl: 'http://127.0.0.1:9', resourceId: 'me', fetch: fetch.fetch }),
+    threadId: 't1',
+  });
 
   const sending = transport.sendMessages({
     chatId: 'ignored',

@@ -82,7 +82,13 @@ function contentPart(part: UserContent | AssistantContent | ToolResultContent): 
       return { type: 'tool-call', toolCallId: part.toolCallId, toolName: part.toolName, args: toolArgs(part.input) };
     case 'tool-result': {
       const { result, isError } = resultOf(part.output);
-      return { type: 'tool-result', toolCallId: part.toolCallId, toolName: part.toolName, result, ...(isError ? { isError } : {}) };
+      return {
+        type: 'tool-result',
+        toolCallId: part.toolCallId,
+        toolName: part.toolName,
+        result,
+        ...(isError ? { isError } : {}),
+      };
     }
     default:
       return undefined;
@@ -110,7 +116,12 @@ export function fromModelOutput(content: readonly ModelContent[]): (MessageInput
         if (item.text) parts.push({ type: 'reasoning', text: item.text });
         break;
       case 'tool-call':
-        parts.push({ type: 'tool-call', toolCallId: item.toolCallId, toolName: item.toolName, args: toolArgs(item.input) });
+        parts.push({
+          type: 'tool-call',
+          toolCallId: item.toolCallId,
+          toolName: item.toolName,
+          args: toolArgs(item.input),
+        });
         break;
       case 'tool-result':
         parts.push({
@@ -145,19 +156,28 @@ function modelFile(part: Extract<Part, { type: 'image' | 'file' }>): UserContent
     const inline = splitDataUrl(part.data);
     return { type: 'file', mediaType: inline?.mediaType ?? mediaType, data: inline?.data ?? part.data, ...named };
   }
-  if (part.url && /^(https?|data):/.test(part.url)) return { type: 'file', mediaType, data: new URL(part.url), ...named };
+  if (part.url && /^(https?|data):/.test(part.url))
+    return { type: 'file', mediaType, data: new URL(part.url), ...named };
   return placeholder(part);
 }
 
 function toolOutput(result: unknown, isError: boolean | undefined): ToolOutput {
-  if (isError) return typeof result === 'string' ? { type: 'error-text', value: result } : { type: 'error-json', value: (result ?? null) as never };
-  return typeof result === 'string' ? { type: 'text', value: result } : { type: 'json', value: (result ?? null) as never };
+  if (isError)
+    return typeof result === 'string'
+      ? { type: 'error-text', value: result }
+      : { type: 'error-json', value: (result ?? null) as never };
+  return typeof result === 'string'
+    ? { type: 'text', value: result }
+    : { type: 'json', value: (result ?? null) as never };
 }
 
 /** One stored message as prompt messages (none when nothing in it is for the model). */
 function toModelMessages(message: Message): ModelMessage[] {
   const text = (parts: readonly Part[]) =>
-    parts.filter((p): p is Extract<Part, { type: 'text' }> => p.type === 'text').map((p) => p.text).join('\n');
+    parts
+      .filter((p): p is Extract<Part, { type: 'text' }> => p.type === 'text')
+      .map((p) => p.text)
+      .join('\n');
   switch (message.role) {
     case 'system': {
       const content = text(message.parts);
@@ -177,9 +197,19 @@ function toModelMessages(message: Message): ModelMessage[] {
       for (const part of message.parts) {
         if (part.type === 'text') content.push({ type: 'text', text: part.text });
         else if (part.type === 'tool-call') {
-          content.push({ type: 'tool-call', toolCallId: part.toolCallId, toolName: part.toolName, input: part.args ?? {} });
+          content.push({
+            type: 'tool-call',
+            toolCallId: part.toolCallId,
+            toolName: part.toolName,
+            input: part.args ?? {},
+          });
         } else if (part.type === 'tool-result') {
-          results.push({ type: 'tool-result', toolCallId: part.toolCallId, toolName: part.toolName, output: toolOutput(part.result, part.isError) });
+          results.push({
+            type: 'tool-result',
+            toolCallId: part.toolCallId,
+            toolName: part.toolName,
+            output: toolOutput(part.result, part.isError),
+          });
         } else if (part.type === 'image' || part.type === 'file') content.push(placeholder(part));
       }
       const out: ModelMessage[] = content.length ? [{ role: 'assistant', content }] : [];
@@ -189,7 +219,12 @@ function toModelMessages(message: Message): ModelMessage[] {
       const content: ToolResultContent[] = [];
       for (const part of message.parts) {
         if (part.type === 'tool-result') {
-          content.push({ type: 'tool-result', toolCallId: part.toolCallId, toolName: part.toolName, output: toolOutput(part.result, part.isError) });
+          content.push({
+            type: 'tool-result',
+            toolCallId: part.toolCallId,
+            toolName: part.toolName,
+            output: toolOutput(part.result, part.isError),
+          });
         }
       }
       return content.length ? [{ role: 'tool', content }] : [];
@@ -216,7 +251,11 @@ export function toModelPrompt(messages: readonly Message[]): ModelMessage[] {
     }
   }
   const paired = (part: { type: string; toolCallId?: string }) =>
-    part.type === 'tool-call' ? results.has(part.toolCallId ?? '') : part.type === 'tool-result' ? calls.has(part.toolCallId ?? '') : true;
+    part.type === 'tool-call'
+      ? results.has(part.toolCallId ?? '')
+      : part.type === 'tool-result'
+        ? calls.has(part.toolCallId ?? '')
+        : true;
   const kept: ModelMessage[] = [];
   for (const message of converted) {
     if (message.role === 'assistant') {

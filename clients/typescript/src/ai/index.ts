@@ -16,4 +16,9 @@ export {
 } from './memory.js';
 export { fromModelMessage, fromModelOutput, toModelPrompt } from './convert.js';
 export { type MemoryToolOptions, type MemoryTools, memoryTools, recallTool, workingMemoryTool } from './tools.js';
-export { fromUIMessage, type MemoryChatTransportOptions, memoryChatTransport, type MemoryUIMessage } from './transport.js';
+export {
+  fromUIMessage,
+  type MemoryChatTransportOptions,
+  memoryChatTransport,
+  type MemoryUIMessage,
+} from './transport.js';

@@ -14,8 +14,8 @@
  * Before each model call (each step of a multi-step call) the new input — the prompt's messages after its last
  * assistant message: the user's message, or the tool results of the step before — is saved with the step route
  * (`POST /threads/{id}/steps`). The model then sees the app's system messages, the memory system message
- * (observations, working memory, how to use the tools) and the unobserved messages memory holds: the history the
- * app passed is replaced, so pass only the new message. After the call its output (text, tool calls, reasoning) is
+ * (observations, working memory, how to use the tools) and the unobserved messages memory holds — system messages
+ * first, as every provider takes them: the history the app passed is replaced, so pass only the new message. After the call its output (text, tool calls, reasoning) is
  * saved with the turn route (`POST /threads/{id}/turns`). The `data-om-*` parts of both go to `onParts` (write them
  * to a UI message stream) and ride on the result's `providerMetadata.om`.
  *
@@ -27,7 +27,14 @@ import type { MemoryClient } from '../client.js';
 import { checkId, newMessageId } from '../messages.js';
 import type { OmPart } from '../parts.js';
 import type { MessageInput, StepResult } from '../types.js';
-import { type ModelContent, type ModelMessage, type ModelPrompt, fromModelMessage, fromModelOutput, toModelPrompt } from './convert.js';
+import {
+  type ModelContent,
+  type ModelMessage,
+  type ModelPrompt,
+  fromModelMessage,
+  fromModelOutput,
+  toModelPrompt,
+} from './convert.js';
 import { type MemoryTools, memoryTools } from './tools.js';
 
 type ModelCallOptions = Parameters<NonNullable<LanguageModelMiddleware['transformParams']>>[0]['params'];
@@ -124,10 +131,14 @@ export function observationalMemory(options: ObservationalMemoryOptions): Observ
     const threadId = call.threadId ?? options.threadId;
     const resourceId = call.resourceId ?? options.resourceId ?? client.resourceId;
     if (!threadId) {
-      throw new TypeError('observationalMemory needs a threadId: pass it to observationalMemory() or in providerOptions.om');
+      throw new TypeError(
+        'observationalMemory needs a threadId: pass it to observationalMemory() or in providerOptions.om',
+      );
     }
     if (!resourceId) {
-      throw new TypeError('observationalMemory needs a resourceId: pass it to observationalMemory(), the client, or providerOptions.om');
+      throw new TypeError(
+        'observationalMemory needs a resourceId: pass it to observationalMemory(), the client, or providerOptions.om',
+      );
     }
     const readOnly = call.readOnly ?? options.readOnly;
     return { threadId, resourceId, ...(readOnly === undefined ? {} : { readOnly }) };
@@ -153,7 +164,10 @@ export function observationalMemory(options: ObservationalMemoryOptions): Observ
     let turnParts: OmPart[] = [];
     let saved: string[] = [];
     if (messages.length) {
-      const turn = await client.turn(binding.threadId, messages, { resourceId: binding.resourceId, ...(signal ? { signal } : {}) });
+      const turn = await client.turn(binding.threadId, messages, {
+        resourceId: binding.resourceId,
+        ...(signal ? { signal } : {}),
+      });
       turnParts = turn.parts;
       saved = turn.saved;
       await publish(turnParts, { ...binding, phase: 'turn' });
@@ -170,7 +184,13 @@ export function observationalMemory(options: ObservationalMemoryOptions): Observ
   const withMetadata = <T extends { providerMetadata?: Record<string, Record<string, unknown>> | undefined }>(
     holder: T,
     metadata: OmProviderMetadata | undefined,
-  ): T => (metadata ? { ...holder, providerMetadata: { ...holder.providerMetadata, om: metadata as unknown as Record<string, never> } } : holder);
+  ): T =>
+    metadata
+      ? {
+          ...holder,
+          providerMetadata: { ...holder.providerMetadata, om: metadata as unknown as Record<string, never> },
+        }
+      : holder;
 
   const middleware: ObservationalMemory = {
     middlewareVersion: 'v2',
@@ -189,12 +209,15 @@ export function observationalMemory(options: ObservationalMemoryOptions): Observ
       lastStep = step;
       await publish(step.parts, { ...binding, phase: 'step' });
 
-      // The app's own system messages first (leading ones in front, later ones after the conversation), then memory.
-      const firstOther = params.prompt.findIndex((m) => m.role !== 'system');
-      const leading = firstOther === -1 ? params.prompt : params.prompt.slice(0, firstOther);
-      const later = firstOther === -1 ? [] : params.prompt.slice(firstOther).filter((m) => m.role === 'system');
-      const memorySystem: ModelMessage[] = step.system.trim() ? [{ role: 'system', content: step.system }] : [];
-      const prompt: ModelPrompt = [...leading, ...memorySystem, ...toModelPrompt(step.messages), ...later];
+      // Every system message goes first (Anthropic and Google models take them only there): the app's, in order, then
+      // the memory system message, then any system message memory holds; then the conversation memory shows.
+      const shown = toModelPrompt(step.messages);
+      const prompt: ModelPrompt = [
+        ...params.prompt.filter((m) => m.role === 'system'),
+        ...(step.system.trim() ? [{ role: 'system' as const, content: step.system }] : []),
+        ...shown.filter((m) => m.role === 'system'),
+        ...shown.filter((m) => m.role !== 'system'),
+      ];
 
       const { om: _, ...providerOptions } = params.providerOptions ?? {};
       const transformed: ModelCallOptions = { ...params, prompt, providerOptions };
