@@ -4,6 +4,7 @@
  *
  *   python3 dev.py om serve &                                           # the local stack on http://127.0.0.1:8787
  *   export OPENAI_BASE_URL=https://api.openai.com/v1 OPENAI_API_KEY=...  # or any OpenAI-compatible endpoint
+ *   (cd clients/typescript && npm ci && npm pack)                         # om-client, built from this repository
  *   cd examples/typescript && npm install && npx tsx agent.ts [--model gpt-4o-mini] [--thread-id trip] [--generate]
  *
  * Before each model call the middleware saves your message and loads memory (the memory system message plus the
