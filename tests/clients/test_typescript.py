@@ -1,6 +1,6 @@
 """The TypeScript client (`clients/typescript`): its checked-in types equal a fresh generation from the served OpenAPI
-document, and `npm test` (Node's test runner) passes against a local stack, behind a SigV4-verifying stand-in for API
-Gateway, with the fake OpenAI server as the app's model.
+document, and `npm test` (Node's test runner) passes against `om serve` (its own process, with small thresholds), also
+behind a SigV4-verifying stand-in for API Gateway, with the fake OpenAI server as the app's model.
 
 The Node tests find what they need in the environment (OM_TEST_*); run alone (`npm test` in clients/typescript)
 they run the tests that need no server and skip the rest.
@@ -12,6 +12,9 @@ import json
 import os
 import re
 import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -19,12 +22,13 @@ from typing import Any, NoReturn
 import pytest
 from om_client.tools import RECALL_DESCRIPTION, RECALL_PARAMETERS, WORKING_MEMORY_DESCRIPTION, WORKING_MEMORY_PARAMETERS
 
-from om_cli.local_stack import LocalStack
+from tests.dynalite import free_port
 from tests.fakes.fake_openai_remote import RemoteScriptedOpenAI
 from tests.fakes.sigv4 import SigV4Identity, SigV4Proxy
 from tests.node import find_node, npm_command
 
-PACKAGE = Path(__file__).resolve().parents[2] / 'clients' / 'typescript'
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / 'clients' / 'typescript'
 IDENTITY = SigV4Identity('AKIDTSCLIENTTEST', 'ts-client-secret', 'ts-client-session', 'eu-west-1')
 
 # Small thresholds: a few turns pass messageTokens, a few observations pass observationTokens, so a 20-turn
@@ -64,16 +68,48 @@ def node() -> str:
 
 
 @pytest.fixture(scope='module')
-def ts_stack() -> Iterator[LocalStack]:
-    if os.environ.get('AWS_ENDPOINT_URL'):
-        pytest.skip('AWS_ENDPOINT_URL is set; the client tests need the embedded emulator')
+def ts_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`om serve` in its own process (the package's in-process stack owns this process's AWS settings): its URL."""
+    folder = tmp_path_factory.mktemp('ts-stack')
+    config = folder / 'om.json'
+    config.write_text(json.dumps(TS_STACK_CONFIG))
+    # Its own embedded emulator: nothing of another stack's endpoints, configuration or model keys.
     env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(('AWS_ENDPOINT_URL', 'OM_CONFIG', 'GEMINI_', 'GOOGLE_', 'OPENAI_'))
+    }
+    env |= {
         'OM_EMBEDDING_MODEL': 'hashing',  # keyword vectors: instant, and enough to find a word again
         'POWERTOOLS_LOG_LEVEL': 'WARNING',
         'POWERTOOLS_METRICS_DISABLED': 'true',
     }
-    with LocalStack(port=0, config=TS_STACK_CONFIG, env=env, sweep_interval_s=None, visibility_timeout_s=2) as stack:
-        yield stack
+    port = free_port()
+    url = f'http://127.0.0.1:{port}'
+    log = folder / 'om-serve.log'
+    command = [sys.executable, '-m', 'om_cli.main', 'serve', '--port', str(port), '--config', str(config)]
+    with log.open('w') as out:
+        server = subprocess.Popen(
+            [*command, '--sweep-interval', '0'], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f'{url}/health', timeout=2):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f'om serve did not start:\n{log.read_text()[-3000:]}') from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=10)
 
 
 def _run(node: str, args: list[str], *, env: dict[str, str] | None = None, timeout: float = 300) -> str:
@@ -91,16 +127,16 @@ def _run(node: str, args: list[str], *, env: dict[str, str] | None = None, timeo
     return output
 
 
-def test_the_generated_types_equal_a_fresh_generation_from_the_server(node: str, ts_stack: LocalStack) -> None:
-    output = _run(node, [node, 'scripts/generate-types.mjs', '--check', '--url', ts_stack.url])
+def test_the_generated_types_equal_a_fresh_generation_from_the_server(node: str, ts_stack: str) -> None:
+    output = _run(node, [node, 'scripts/generate-types.mjs', '--check', '--url', ts_stack])
 
     assert 'up to date' in output
 
 
-def test_npm_test_passes_against_the_local_stack(node: str, ts_stack: LocalStack) -> None:
-    with RemoteScriptedOpenAI() as model, SigV4Proxy(ts_stack.url, IDENTITY) as iam_api:
+def test_npm_test_passes_against_the_local_stack(node: str, ts_stack: str) -> None:
+    with RemoteScriptedOpenAI() as model, SigV4Proxy(ts_stack, IDENTITY) as iam_api:
         env = {
-            'OM_TEST_API_URL': ts_stack.url,
+            'OM_TEST_API_URL': ts_stack,
             'OM_TEST_SIGV4_URL': iam_api.url,
             'OM_TEST_OPENAI_URL': model.url,
             'OM_TEST_REQUIRE_SERVER': '1',
