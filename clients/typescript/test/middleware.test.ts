@@ -123,6 +123,16 @@ test('stream: the reply is saved before finish goes on; a failed save is an erro
   const ok = await read(saved.memory);
   const failed = setup(stepAnswer([]), apiError(503, 'storage_unavailable', 'the store is unavailable'));
   const broken = await read(failed.memory);
+  // A model that fails mid-stream: its half reply is not saved as a turn.
+  const midway = setup(stepAnswer([]));
+  const erroring = chunks.slice(0, 3).concat({ type: 'error', error: new Error('overloaded') } as never);
+  const errored = new MockLanguageModelV2({
+    doStream: async () => ({ stream: simulateReadableStream({ chunks: erroring }) }),
+  });
+  const { stream } = await wrapLanguageModel({ model: errored, middleware: midway.memory }).doStream({
+    prompt: PROMPT,
+  });
+  for await (const _ of stream as unknown as AsyncIterable<unknown>);
 
   const turn = saved.fetch.bodies()[1] as { messages: { role: string; parts: unknown[] }[] };
   assert.deepEqual(turn.messages[0]!.parts, [
@@ -137,6 +147,10 @@ test('stream: the reply is saved before finish goes on; a failed save is an erro
     ['error', 'finish'],
   );
   assert.match(String((broken.at(-2)!.error as Error).message), /store is unavailable/);
+  assert.deepEqual(
+    midway.fetch.requests.map((r) => new URL(r.request.url).pathname),
+    ['/threads/t1/steps'],
+  );
 });
 
 test('a step that fails fails the model call: the model is not asked without memory', async () => {

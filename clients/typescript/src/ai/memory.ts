@@ -236,9 +236,10 @@ export function observationalMemory(options: ObservationalMemoryOptions): Observ
       const state = calls.get(params);
       const output = new StreamedOutput();
       let finished = false;
+      let failed = false; // the model failed mid-stream: what it wrote so far is not a reply to keep
       const save = async (controller: TransformStreamDefaultController<StreamPart>) => {
         try {
-          return await saveTurn(state, output.content(), params.abortSignal);
+          return await saveTurn(state, failed ? [] : output.content(), params.abortSignal);
         } catch (error) {
           controller.enqueue({ type: 'error', error });
           return undefined;
@@ -247,9 +248,11 @@ export function observationalMemory(options: ObservationalMemoryOptions): Observ
       const remembered = stream.pipeThrough(
         new TransformStream<StreamPart, StreamPart>({
           async transform(part, controller) {
+            if (part.type === 'error') failed = true;
             if (part.type === 'finish') {
               // Save before the finish goes on: when the caller sees it, the reply is in memory.
               finished = true;
+              failed ||= part.finishReason === 'error';
               controller.enqueue(withMetadata(part, await save(controller)));
               return;
             }
@@ -257,7 +260,7 @@ export function observationalMemory(options: ObservationalMemoryOptions): Observ
             controller.enqueue(part);
           },
           async flush(controller) {
-            if (!finished) await save(controller); // a stream that ended without `finish` (an error): keep what came
+            if (!finished) await save(controller); // a provider that ends without `finish`: keep what came
           },
         }),
       );
