@@ -31,7 +31,6 @@ import contextlib
 import io
 import json
 import os
-import shutil
 import sys
 import time
 import urllib.request
