@@ -12,14 +12,15 @@ import type { RecallMode, RecallResult } from './types.js';
 export const RECALL_NAME = 'recall';
 export const RECALL_DESCRIPTION =
   'Browse raw conversation history behind your observations. mode "messages" (default) pages through messages from ' +
-  'a cursor (a message id from an observation group range `startId:endId`), forward with page 1, 2... or backward ' +
-  'with page -1, -2...; detail "high" with partIndex shows one part in full. mode "threads" lists the user\'s ' +
-  'threads; threadId reads another thread. mode "search" finds messages by meaning (when the service has vectors).';
+  'a cursor (one end of an observation section\'s range such as `#12` from "## Messages #12–#19", or a message id), ' +
+  'forward with page 1, 2... or backward with page -1, -2...; detail "high" with partIndex shows one part in full. ' +
+  'mode "threads" lists the user\'s threads; threadId reads another thread. mode "search" finds messages by meaning ' +
+  '(when the service has vectors). mode "observations" pages through archived observations, newest first.';
 
 export const RECALL_PARAMETERS = {
   type: 'object',
   properties: {
-    mode: { type: 'string', enum: ['messages', 'threads', 'search'], description: 'What to retrieve.' },
+    mode: { type: 'string', enum: ['messages', 'threads', 'search', 'observations'], description: 'What to retrieve.' },
     query: { type: 'string', description: 'Search text (mode "search").' },
     cursor: { type: 'string', description: 'A message id to page from.' },
     threadId: { type: 'string', description: 'The thread to read (default: this conversation).' },

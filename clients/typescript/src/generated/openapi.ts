@@ -49,9 +49,29 @@ export interface paths {
         put?: never;
         /**
          * Send a user message and get the Actor’s reply (steps + Actor + turns in one call)
-         * @description When the Actor model fails after the user message was saved, the answer is still 200: `reply` is null and `parts` holds a `data-om-actor-failed` part. Retry with the same message id.
+         * @description When the Actor model fails after the user message was saved, the answer is still 200: `reply` is null and `parts` holds a `data-om-actor-failed` part. Retry with the same message id: a message is answered once, so a retry of an answered message returns its stored reply (no model call, nothing stored twice), and one sent while another request is answering it waits for that reply or gets 409 `in_progress`. The body may also be what the AI SDK's `DefaultChatTransport` sends (`{id, messages, trigger, messageId}` plus `resourceId`): the newest user message is taken. With `Accept: text/event-stream`, or a body of the AI SDK’s shape (`messages`), the answer is streamed as at `/chat/stream`.
          */
         post: operations["post_chat_threads__threadId__chat_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/threads/{threadId}/chat/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a user message and stream the turn (the AI SDK UI message stream)
+         * @description When the Actor model fails after the user message was saved, the answer is still 200: `reply` is null and `parts` holds a `data-om-actor-failed` part. Retry with the same message id: a message is answered once, so a retry of an answered message returns its stored reply (no model call, nothing stored twice), and one sent while another request is answering it waits for that reply or gets 409 `in_progress`. The body may also be what the AI SDK's `DefaultChatTransport` sends (`{id, messages, trigger, messageId}` plus `resourceId`): the newest user message is taken.
+         */
+        post: operations["post_chat_stream_threads__threadId__chat_stream_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -84,7 +104,7 @@ export interface paths {
         };
         /**
          * The memory’s generations, newest first
-         * @description Every reflection (and every reset after observed messages are deleted) starts a new generation; earlier ones stay readable here, newest first, the current one first. Resource scope lists the resource’s memory.
+         * @description Every reflection (and every reset after observed messages are deleted) starts a new generation; earlier ones are listed here, newest first, the current one first. Deleting messages (or erasing a thread) also removes what was derived from them from earlier generations: one that observed them is rewritten without them, or dropped when a reflection condensed them with the rest. Resource scope lists the resource’s memory.
          */
         get: operations["get_memory_generations_threads__threadId__memory_generations_get"];
         put?: never;
@@ -205,7 +225,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Query a thread’s messages (the seed’s recall())
+         * Query a thread’s messages: a page, chosen messages with their neighbours, or by meaning
          * @description A page of messages (oldest first; `perPage: false` for all, `0` for only the included ones), filtered by `dateRange` on `createdAt` (inclusive), plus each `include` message with its `withPreviousMessages` / `withNextMessages` neighbours. `vectorSearchString` (with `semanticRecall` or `retrieval: {vector: true}`, else 422) adds the `topK` messages closest in meaning, each with `messageRange` neighbours, from this thread or (scope `resource`) all of the resource’s threads; other threads’ messages come first.
          */
         post: operations["query_messages_threads__threadId__messages_query_post"];
@@ -345,7 +365,7 @@ export interface paths {
         put?: never;
         /**
          * Page through raw message history behind observations (the recall tool)
-         * @description The recall tool over HTTP. `mode: "messages"` pages from `cursor` (or from the start of the thread); `partIndex` returns `{text, messageId, partIndex, role, type, truncated}`; `mode: "threads"` returns `{threads, count, page, hasMore}`; `mode: "search"` (with `retrieval: {vector: true}`) returns `{results, count}`: messages similar in meaning to `query`, grouped by thread, each with a cursor. 422 `retrieval_disabled` unless `retrieval` is on in the configuration, 422 `invalid_input` for a cursor, thread, part index or date the tool cannot use.
+         * @description The recall tool over HTTP. `mode: "messages"` pages from `cursor` (or from the start of the thread); `partIndex` returns `{text, messageId, partIndex, role, type, truncated}`; `mode: "threads"` returns `{threads, count, page, hasMore}`; `mode: "search"` (with `retrieval: {vector: true}`) returns `{results, count}`: messages similar in meaning to `query`, grouped by thread, each with a cursor; `mode: "observations"` returns `{observations, count, page, limit, hasNextPage, hasPrevPage, truncated, tokenOffset}`: the observation groups archived when the log passed its bound, newest first. 422 `retrieval_disabled` unless `retrieval` is on in the configuration, 422 `invalid_input` for a cursor, thread, part index or date the tool cannot use.
          */
         post: operations["post_recall_recall_post"];
         delete?: never;
@@ -358,6 +378,58 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * ArchiveOut
+         * @description The archive: what keeps the active log within its bound when reflection cannot.
+         */
+        ArchiveOut: {
+            /**
+             * Aftertokens
+             * @description Past this many observation tokens the oldest groups are archived.
+             */
+            afterTokens: number;
+            /**
+             * Keeptokens
+             * @description About how many of the newest observation tokens stay active.
+             */
+            keepTokens: number;
+            /**
+             * Tokens
+             * @description Tokens archived in all.
+             */
+            tokens: number;
+            /**
+             * Groups
+             * @description Archived groups, newest first.
+             */
+            groups: components["schemas"]["ArchivedGroupOut"][];
+        };
+        /**
+         * ArchivedGroupOut
+         * @description One observation group moved out of the active log past its bound (recall's `mode: "observations"`).
+         */
+        ArchivedGroupOut: {
+            /** Id */
+            id: string;
+            /** Threadid */
+            threadId: string | null;
+            /**
+             * Range
+             * @description The messages it came from (`#12:#19`: their numbers in the thread); may be empty.
+             */
+            range: string;
+            /** Observations */
+            observations: string;
+            /** Tokens */
+            tokens: number;
+            /** Archivedat */
+            archivedAt: string;
+            /**
+             * Generation
+             * @description The generation it was moved out of.
+             */
+            generation: number;
+        };
         /**
          * AttachmentIn
          * @description `POST /attachments`: what the client is about to upload.
@@ -441,7 +513,8 @@ export interface components {
         };
         /**
          * ChatIn
-         * @description `POST /threads/{threadId}/chat`: one user message, as `message` or as `content` text.
+         * @description `POST /threads/{threadId}/chat`: one user message, as `message`, as `content` text, or as the AI SDK's chat
+         *     transport sends it (`messages`: the chat's messages, of which the newest user message is taken).
          */
         ChatIn: {
             /** Resourceid */
@@ -449,6 +522,26 @@ export interface components {
             message?: components["schemas"]["MessageIn"] | null;
             /** Content */
             content?: string | null;
+            /**
+             * Messages
+             * @description The AI SDK's `UIMessage`s (`useChat` / `DefaultChatTransport`); only the newest user message is used, so a client may send that one alone.
+             */
+            messages?: components["schemas"]["UiMessageIn"][] | null;
+            /**
+             * Id
+             * @description The AI SDK chat's id (sent by its transport; not used).
+             */
+            id?: string | null;
+            /**
+             * Trigger
+             * @description Sent by the AI SDK transport. Regenerating a message that was answered returns its stored reply.
+             */
+            trigger?: ("submit-message" | "regenerate-message") | null;
+            /**
+             * Messageid
+             * @description Sent by the AI SDK transport (not used).
+             */
+            messageId?: string | null;
             /**
              * Readonly
              * @description Working memory is shown but the Actor cannot change it (this request).
@@ -502,14 +595,14 @@ export interface components {
         };
         /**
          * ErrorOut
-         * @description Every error answer (CONTRACT §2 "Errors").
+         * @description Every error answer: `{"error": {"code", "message", "details"}}`.
          */
         ErrorOut: {
             error: components["schemas"]["ErrorBody"];
         };
         /**
          * FailureOut
-         * @description A failure kept for `recentFailures` (README "Failure reasons" explains each `reason`).
+         * @description A failure kept for `recentFailures` (the failure reasons page of the docs explains each `reason`).
          */
         FailureOut: {
             /**
@@ -571,10 +664,10 @@ export interface components {
             current: boolean;
             /**
              * Trigger
-             * @description `initial`: the first; `reflection`: the Reflector condensed the generation before; `reset`: observed messages were deleted (or a thread erased from a resource memory) and the rest is observed again.
+             * @description `initial`: the first; `reflection`: the Reflector condensed the generation before; `archive`: the log passed its bound and its oldest groups moved to the archive (no model call); `reset`: observed messages were deleted (or a thread erased from a resource memory) and the rest is observed again.
              * @enum {string}
              */
-            trigger: "initial" | "reflection" | "reset";
+            trigger: "initial" | "reflection" | "archive" | "reset";
             /** Createdat */
             createdAt: string;
             /** Observations */
@@ -723,11 +816,19 @@ export interface components {
             /** Lastobservedat */
             lastObservedAt: string | null;
             buffered: components["schemas"]["BufferedOut"];
+            /** @description When memory will act next: observation, reflection, the quiet sweep. */
+            upcoming: components["schemas"]["UpcomingOut"];
             /**
              * Recentfailures
              * @description The last 20 failures of this memory, newest first.
              */
             recentFailures: components["schemas"]["FailureOut"][];
+            /**
+             * Recentnotes
+             * @description Answers accepted although a check was unsure about them (the last 20, newest first).
+             */
+            recentNotes: components["schemas"]["NoteOut"][];
+            archive: components["schemas"]["ArchiveOut"];
         };
         /**
          * MessageIn
@@ -794,7 +895,7 @@ export interface components {
         };
         /**
          * MessagesQueryIn
-         * @description `POST /threads/{threadId}/messages/query`: the seed's `recall()`.
+         * @description `POST /threads/{threadId}/messages/query`: a page of a thread's messages with chosen ones and their neighbours.
          *
          *     `perPage: false` (or null) asks for every message; `perPage: 0` for the included messages only.
          */
@@ -828,8 +929,57 @@ export interface components {
             hasMore: boolean;
         };
         /**
+         * NoteOut
+         * @description An Observer or Reflector answer that became memory although a check was unsure about it.
+         */
+        NoteOut: {
+            /**
+             * Operationtype
+             * @enum {string}
+             */
+            operationType: "observation" | "reflection";
+            /**
+             * Note
+             * @description `mostly_prose`, `repeated_item` or `newest_date_missing`.
+             */
+            note: string;
+            /** Message */
+            message: string;
+            /** At */
+            at: string;
+            /** Threadid */
+            threadId?: string | null;
+        };
+        /**
+         * QuietSweepOut
+         * @description When the scheduled sweeper observes this thread if nothing more is said (it observes a quiet thread below the
+         *     threshold too).
+         */
+        QuietSweepOut: {
+            /**
+             * Quietafterseconds
+             * @description A thread counts as quiet this long after its newest message.
+             */
+            quietAfterSeconds: number;
+            /**
+             * Intervalseconds
+             * @description How often the sweeper runs; null when no sweeper runs.
+             */
+            intervalSeconds: number | null;
+            /**
+             * Quietat
+             * @description When this thread counts as quiet if nothing more is said; null when nothing is unobserved.
+             */
+            quietAt: string | null;
+            /**
+             * Sweptby
+             * @description The sweeper has observed it by then (the first run after `quietAt`); null when no sweeper runs or nothing is unobserved.
+             */
+            sweptBy: string | null;
+        };
+        /**
          * ReasoningPart
-         * @description Model reasoning. Never counted toward thresholds (the reference counts it as 0).
+         * @description Model reasoning. Never counted toward thresholds (it counts as 0 tokens).
          */
         ReasoningPart: {
             /**
@@ -854,14 +1004,14 @@ export interface components {
             threadId: string;
             /**
              * Mode
-             * @description What to retrieve.
+             * @description What to retrieve ("observations": the archived observation groups).
              * @default messages
              * @enum {string}
              */
-            mode?: "messages" | "threads" | "search";
+            mode?: "messages" | "threads" | "search" | "observations";
             /**
              * Query
-             * @description Search text (mode "search").
+             * @description Search text (mode "search"), or words archived groups must hold ("observations").
              */
             query?: string | null;
             /**
@@ -913,6 +1063,8 @@ export interface components {
         RecallOut: {
             /** Results */
             results?: string | null;
+            /** Observations */
+            observations?: string | null;
             /** Messages */
             messages?: string | null;
             /** Count */
@@ -1104,6 +1256,17 @@ export interface components {
             blockAfter: components["schemas"]["BlockAfterOut"];
         };
         /**
+         * TokensLeftOut
+         * @description How far a threshold is.
+         */
+        TokensLeftOut: {
+            /**
+             * Tokensleft
+             * @description Tokens still to come before it is reached (0: reached, the next step or turn acts); null when observational memory is off.
+             */
+            tokensLeft: number | null;
+        };
+        /**
          * ToolCallPart
          * @description The Actor asked for a tool to be run.
          */
@@ -1165,6 +1328,36 @@ export interface components {
             }[];
         };
         /**
+         * UiMessageIn
+         * @description A message as the AI SDK's chat state holds it (`UIMessage`: `{id, role, parts, metadata}`). Only the newest
+         *     user message of a request is used; its `text` and `file` parts become the message's parts, other parts (steps,
+         *     tools, `data-*`) are the chat UI's own and are left out.
+         */
+        UiMessageIn: {
+            /** Id */
+            id: string;
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "system" | "user" | "assistant";
+            /** Parts */
+            parts: {
+                [key: string]: unknown;
+            }[];
+        };
+        /**
+         * UpcomingOut
+         * @description When memory will act next.
+         */
+        UpcomingOut: {
+            /** @description Unobserved message tokens until the Observer runs (`thresholds.messageTokens`). In resource scope other threads’ messages count too, so it can come sooner. */
+            observation: components["schemas"]["TokensLeftOut"];
+            /** @description Observation tokens until the Reflector condenses the log (`thresholds.observationTokens`). */
+            reflection: components["schemas"]["TokensLeftOut"];
+            quietSweep: components["schemas"]["QuietSweepOut"];
+        };
+        /**
          * WorkingMemoryIn
          * @description `PUT .../working-memory`: Markdown text (replaces) or a JSON object (merged), per the configuration.
          */
@@ -1216,6 +1409,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The conversation; thread ids are scoped to their resource. */
                 threadId: string;
             };
             cookie?: never;
@@ -1332,6 +1526,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The conversation; thread ids are scoped to their resource. */
                 threadId: string;
             };
             cookie?: never;
@@ -1448,6 +1643,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The conversation; thread ids are scoped to their resource. */
                 threadId: string;
             };
             cookie?: never;
@@ -1465,6 +1661,130 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ChatOut"];
+                    "text/event-stream": {
+                        /** @description One chunk as JSON, or `[DONE]` (the last event). */
+                        data: string;
+                    };
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Unsupported Media Type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    post_chat_stream_threads__threadId__chat_stream_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The conversation; thread ids are scoped to their resource. */
+                threadId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ChatIn"];
+            };
+        };
+        responses: {
+            /** @description The turn, as it happens */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": {
+                        /** @description One chunk as JSON, or `[DONE]` (the last event). */
+                        data: string;
+                    };
                 };
             };
             /** @description Bad Request */
@@ -1562,10 +1882,12 @@ export interface operations {
     get_memory_threads__threadId__memory_get: {
         parameters: {
             query: {
+                /** @description Whose memory: a user or tenant; the thread must belong to it. */
                 resourceId: string;
             };
             header?: never;
             path: {
+                /** @description The conversation; thread ids are scoped to their resource. */
                 threadId: string;
             };
             cookie?: never;
@@ -1640,11 +1962,13 @@ export interface operations {
     get_memory_generations_threads__threadId__memory_generations_get: {
         parameters: {
             query: {
+                /** @description Whose memory: a user or tenant; the thread must belong to it. */
                 resourceId: string;
                 limit?: number;
             };
             header?: never;
             path: {
+                /** @description The conversation; thread ids are scoped to their resource. */
                 threadId: string;
             };
             cookie?: never;
@@ -1719,6 +2043,7 @@ export interface operations {
     get_messages_threads__threadId__messages_get: {
         parameters: {
             query: {
+                /** @description Whose memory: a user or tenant; the thread must belong to it. */
                 resourceId: string;
                 page?: number;
                 perPage?: number;
@@ -1727,6 +2052,7 @@ export interface operations {
             };
             header?: never;
             path: {
+                /** @description The conversation; thread ids are scoped to their resource. */
                 threadId: string;
             };
             cookie?: never;
@@ -1805,6 +2131,7 @@ export interface operations {
             };
             header?: never;
             path: {
+                /** @description The conversation; thread ids are scoped to their resource. */
                 threadId: string;
             };
             cookie?: never;
@@ -1915,6 +2242,7 @@ export interface operations {
             };
             header?: never;
             path: {
+                /** @description Whose memory: a user or tenant. */
                 resourceId: string;
             };
             cookie?: never;
@@ -1980,10 +2308,12 @@ export interface operations {
     get_thread_threads__threadId__get: {
         parameters: {
             query: {
+                /** @description Whose memory: a user or tenant; the thread must belong to it. */
                 resourceId: string;
             };
             header?: never;
             path: {
+                /** @description The conversation; thread ids are scoped to their resource. */
                 threadId: string;
             };
             cookie?: never;
@@ -2058,10 +2388,12 @@ export interface operations {
     delete_thread_threads__threadId__delete: {
         parameters: {
             query: {
+                /** @description Whose memory: a user or tenant; the thread must belong to it. */
                 resourceId: string;
             };
             header?: never;
             path: {
+                /** @description The conversation; thread ids are scoped to their resource. */
                 threadId: string;
             };
             cookie?: never;
@@ -2136,6 +2468,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The conversation; thread ids are scoped to their resource. */
                 threadId: string;
             };
             cookie?: never;
@@ -2243,6 +2576,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description Whose memory: a user or tenant. */
                 resourceId: string;
             };
             cookie?: never;
@@ -2308,6 +2642,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The conversation; thread ids are scoped to their resource. */
                 threadId: string;
             };
             cookie?: never;
@@ -2424,6 +2759,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The conversation; thread ids are scoped to their resource. */
                 threadId: string;
             };
             cookie?: never;
@@ -2531,6 +2867,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description Whose memory: a user or tenant. */
                 resourceId: string;
             };
             cookie?: never;
@@ -2598,6 +2935,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description Whose memory: a user or tenant. */
                 resourceId: string;
             };
             cookie?: never;
@@ -2703,10 +3041,12 @@ export interface operations {
     get_thread_working_memory_threads__threadId__working_memory_get: {
         parameters: {
             query: {
+                /** @description Whose memory: a user or tenant; the thread must belong to it. */
                 resourceId: string;
             };
             header?: never;
             path: {
+                /** @description The conversation; thread ids are scoped to their resource. */
                 threadId: string;
             };
             cookie?: never;
@@ -2785,6 +3125,7 @@ export interface operations {
             };
             header?: never;
             path: {
+                /** @description The conversation; thread ids are scoped to their resource. */
                 threadId: string;
             };
             cookie?: never;
@@ -3068,6 +3409,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description Unsupported Media Type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description Validation Error */
             422: {
                 headers: {
@@ -3197,6 +3547,15 @@ export interface operations {
             };
             /** @description Request Entity Too Large */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Unsupported Media Type */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
