@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+from om_client.errors import BY_CODE
 from om_client.tools import RECALL_DESCRIPTION, RECALL_PARAMETERS, WORKING_MEMORY_DESCRIPTION, WORKING_MEMORY_PARAMETERS
 
 from tests.dynalite import free_port
@@ -144,6 +145,8 @@ def test_npm_test_passes_against_the_local_stack(node: str, ts_stack: str) -> No
             'OM_TEST_PYTHON_TOOLS': json.dumps(
                 [RECALL_DESCRIPTION, RECALL_PARAMETERS, WORKING_MEMORY_DESCRIPTION, WORKING_MEMORY_PARAMETERS]
             ),
+            # ...and its error classes: one per code, by the same name and status.
+            'OM_TEST_PYTHON_ERRORS': json.dumps({code: [c.status_code, c.__name__] for code, c in BY_CODE.items()}),
             # The AWS SDK's default credential chain finds the test identity in the environment, and nothing else.
             'AWS_ACCESS_KEY_ID': IDENTITY.key_id,
             'AWS_SECRET_ACCESS_KEY': IDENTITY.secret,

@@ -42,7 +42,7 @@ export type ChatStreamChunk =
   | { type: 'file'; url: string; mediaType: string }
   | OmPart
   | { type: 'finish'; finishReason?: string; messageMetadata?: unknown }
-  | { type: 'error'; errorText: string }
+  | { type: 'error'; errorText: string; /** The API's error code (e.g. `model_unavailable`). */ code?: string }
   | { type: 'abort' }
   | { type: 'message-metadata'; messageMetadata: unknown };
 

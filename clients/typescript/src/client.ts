@@ -10,8 +10,9 @@
  * await om.turn('t1', ['Noted!']);                                        // after the turn
  * ```
  *
- * Messages get their ids here, so a write that is sent again (a retry, or your own) changes nothing on the server.
- * Calls are retried on 429/502/503 and connection failures with backoff and jitter (see `RetryPolicy`); errors
+ * Messages get their ids here, so a write that is sent again (a retry, or your own) changes nothing on the server,
+ * and a chat message sent again gets the reply already given. Calls are retried on 429/502/503/504, timeouts and
+ * connection failures with backoff and jitter (see `RetryPolicy`); errors
  * throw the class of their code (`ThreadNotFound`, `MessageConflict`, `RateLimited`, ...). Every method takes an
  * `AbortSignal` (`{ signal }`): aborting stops the request and any wait between retries.
  */
@@ -90,8 +91,6 @@ export interface CallOptions {
 
 /** How one call may be retried. */
 interface SendRules {
-  /** Sending it twice has the effect of sending it once (client-side ids make writes so). */
-  idempotent?: boolean;
   /** A 404 on a repeated attempt means an earlier attempt already did it (deletes). */
   doneIfMissingOnRetry?: boolean;
   signal?: AbortSignal | undefined;
@@ -216,7 +215,8 @@ export class MemoryClient {
     attempt: (signal: AbortSignal) => Promise<Attempt>,
     rules: SendRules = {},
   ): Promise<T> {
-    const idempotent = rules.idempotent ?? true;
+    // Every call is repeatable: writes carry client-side ids, and a chat message is answered once by the server.
+    const idempotent = true;
     const { signal } = rules;
     for (let n = 1; ; n += 1) {
       signal?.throwIfAborted();
@@ -278,8 +278,9 @@ export class MemoryClient {
     );
   }
 
-  /** Send a user message and get the server Actor's reply (steps + Actor + turns in one call). Not resent after a
-   * lost answer: the Actor would be asked for a second reply. */
+  /** Send a user message and get the server Actor's reply (steps + Actor + turns in one call). Retried like any
+   * write: the server answers a message id once, so a repeat gets the stored reply (no second Actor call), and one
+   * sent while the first is still being answered waits for it (or throws `InProgress`: send the same message again). */
   async chat(
     threadId: string,
     message: MessageLike,
@@ -293,15 +294,17 @@ export class MemoryClient {
     return this.send(
       `POST /threads/${threadId}/chat`,
       (signal) => this.api.POST('/threads/{threadId}/chat', { params: { path: { threadId } }, body, signal }),
-      { ...options, idempotent: false },
+      options,
     );
   }
 
   /**
    * The same turn as `chat`, streamed: the AI SDK UI message stream (protocol v1) as typed chunks — `start`, text
-   * deltas, each `data-om-*` part as it happens, `finish` — ending at the server's `[DONE]`. A throttled or failed
-   * answer before the stream starts is retried like `chat`; once chunks flow, nothing is resent. Needs a server
-   * that streams chat (`Accept: text/event-stream`); an older one is refused with a clear error.
+   * deltas, each `data-om-*` part as it happens, `finish` — ending at the server's `[DONE]`. Until the stream starts,
+   * failures are retried like `chat`; once chunks flow, nothing is resent (a broken stream throws). The turn is saved
+   * even when the reader stops early or the connection breaks: send the same message (keep the `userMessage(...)`
+   * you sent, with its id) to get the stored reply streamed again. Needs a server that streams chat (`Accept:
+   * text/event-stream`); an older one is refused with a clear error.
    */
   async *chatStream(
     threadId: string,
@@ -325,8 +328,8 @@ export class MemoryClient {
   /**
    * Send a prepared request whose answer is an event stream (the streaming chat route), with this client's
    * credentials, retries and errors: the response once its headers arrive. Error answers throw the class of their
-   * code; a throttled or failed answer before the stream starts is retried, a lost connection is not (the turn may
-   * have run). The chat transport for `useChat` sends its requests through here.
+   * code; failures before the stream starts are retried as for `chat` (the message's id makes a repeat return the
+   * turn the first attempt ran). The chat transport for `useChat` sends its requests through here.
    */
   async streamRequest(request: Request, signal?: AbortSignal): Promise<Response> {
     const label = `${request.method} ${new URL(request.url).pathname} (stream)`;
@@ -348,7 +351,7 @@ export class MemoryClient {
         }
         return { error, response: answer };
       },
-      { signal, idempotent: false },
+      { signal },
     );
     const kind = response.headers.get('content-type') ?? '';
     if (!kind.startsWith('text/event-stream')) {

@@ -105,6 +105,12 @@ export class NotFound extends APIError {
   static override readonly status: number | undefined = 404;
   static override readonly code: string | undefined = 'not_found';
 }
+/** 421 `host_not_allowed`: `om serve` does not answer for the Host the request named (start it with `--allowed-host`). */
+export class HostNotAllowed extends APIError {
+  override name = 'HostNotAllowed';
+  static override readonly status: number | undefined = 421;
+  static override readonly code: string | undefined = 'host_not_allowed';
+}
 /** 405: the path exists with other methods. */
 export class MethodNotAllowed extends APIError {
   override name = 'MethodNotAllowed';
@@ -154,6 +160,11 @@ export class InvalidJSON extends BadRequest {
   override name = 'InvalidJSON';
   static override readonly code: string | undefined = 'invalid_json';
 }
+/** 403 `origin_not_allowed`: a web page of an origin the API does not allow tried to change data (browsers only). */
+export class OriginNotAllowed extends Forbidden {
+  override name = 'OriginNotAllowed';
+  static override readonly code: string | undefined = 'origin_not_allowed';
+}
 /** 404 `thread_not_found`: no such thread for this resource (a thread of another resource reads the same). */
 export class ThreadNotFound extends NotFound {
   override name = 'ThreadNotFound';
@@ -163,6 +174,11 @@ export class ThreadNotFound extends NotFound {
 export class MessageConflict extends Conflict {
   override name = 'MessageConflict';
   static override readonly code: string | undefined = 'message_conflict';
+}
+/** 409 `in_progress`: another request is answering this message; send it again (same id) to get its reply. */
+export class InProgress extends Conflict {
+  override name = 'InProgress';
+  static override readonly code: string | undefined = 'in_progress';
 }
 /** 409 `thread_exists`: the thread id is taken. */
 export class ThreadExists extends Conflict {
@@ -275,9 +291,12 @@ export const BY_CODE: ReadonlyMap<string, ErrorClass> = new Map(
     InvalidRequest,
     RateLimited,
     ServerError,
+    HostNotAllowed,
     InvalidJSON,
+    OriginNotAllowed,
     ThreadNotFound,
     MessageConflict,
+    InProgress,
     ThreadExists,
     VersionConflict,
     Erased,
@@ -309,6 +328,7 @@ export const BY_STATUS: ReadonlyMap<number, ErrorClass> = new Map<number, ErrorC
   [409, Conflict],
   [413, TooLarge],
   [415, UnsupportedMediaType],
+  [421, HostNotAllowed],
   [422, InvalidRequest],
   [429, RateLimited],
   [500, InternalError],

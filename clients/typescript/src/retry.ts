@@ -2,9 +2,10 @@
  * When and how long to wait before sending a request again: the Python client's rules.
  *
  * Retried: 429, 502 and 503 (such answers left nothing written), connection failures before the request was sent,
- * and — for calls that are safe to repeat (every call but `chat`, whose Actor reply would be generated twice) —
- * timeouts, broken connections and 504. Waits grow exponentially with jitter (half fixed, half random) up to
- * `backoffMaxMs`; a `Retry-After` header is honoured up to `maxRetryAfterMs`.
+ * and — for calls that are safe to repeat — timeouts, broken connections and 504. Every call of `MemoryClient` is
+ * safe to repeat: messages carry client-side ids, and the server answers a chat message once (a repeat gets the
+ * stored reply). Waits grow exponentially with jitter (half fixed, half random) up to `backoffMaxMs`; a
+ * `Retry-After` header is honoured up to `maxRetryAfterMs`.
  */
 
 export interface RetryPolicy {
