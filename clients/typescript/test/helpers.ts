@@ -146,3 +146,33 @@ export function textOf(content: ChatRequestBody['messages'][number]['content']):
 export function texts(request: ChatRequestBody, role: string): string[] {
   return request.messages.filter((m) => m.role === role).map((m) => textOf(m.content));
 }
+
+// -- the AI SDK under test --------------------------------------------------------------------------------------------
+/** The major version of the AI SDK the tests run against (scripts/test.mjs runs them with 7, then 5 and 6). */
+export const AI_MAJOR = Number(process.env.OM_TEST_AI_MAJOR ?? '7');
+
+/** A finish reason as a model of that AI SDK reports it: a string (5), `{unified, raw}` (6 on). */
+export function finishReason(unified: 'stop' | 'tool-calls' | 'error'): never {
+  return (AI_MAJOR <= 5 ? unified : { unified, raw: undefined }) as never;
+}
+
+/** Token usage as a model of that AI SDK reports it. */
+export function usage(input: number, output: number): never {
+  if (AI_MAJOR <= 5) return { inputTokens: input, outputTokens: output, totalTokens: input + output } as never;
+  return {
+    inputTokens: { total: input, noCache: input, cacheRead: undefined, cacheWrite: undefined },
+    outputTokens: { total: output, text: output, reasoning: undefined },
+  } as never;
+}
+
+type MockModel = import('ai/test').MockLanguageModelV4;
+type MockOptions = ConstructorParameters<typeof import('ai/test').MockLanguageModelV4>[0];
+
+/** The mock language model of that AI SDK (`MockLanguageModelV2`, `V3` or `V4` from `ai/test`). */
+export async function mockModel(options: MockOptions): Promise<MockModel> {
+  const mocks = (await import('ai/test')) as Record<string, unknown>;
+  const Mock = (mocks.MockLanguageModelV4 ?? mocks.MockLanguageModelV3 ?? mocks.MockLanguageModelV2) as new (
+    options: MockOptions,
+  ) => MockModel;
+  return new Mock(options);
+}

@@ -1,16 +1,16 @@
 // The memory middleware around a mock model, its API calls answered by a scripted fetch: the prompt the model gets,
-// what is saved and when, and what a failed save does.
+// what is saved and when, and what a failed save does. Run with each AI SDK major (the mock and its shapes are that
+// version's).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { simulateReadableStream, wrapLanguageModel } from 'ai';
-import { MockLanguageModelV2 } from 'ai/test';
 import { MemoryClient } from 'om-client';
 import { observationalMemory, type OmProviderMetadata } from 'om-client/ai';
-import { apiError, json, ScriptedFetch } from './helpers.js';
+import { apiError, finishReason, json, mockModel, ScriptedFetch, usage } from './helpers.js';
 
 const AT = '2026-11-28T10:00:00Z';
 const STATUS_PART = { type: 'data-om-status', data: { threadId: 't1' } };
-const USAGE = { inputTokens: 3, outputTokens: 2, totalTokens: 5 };
+const USAGE = usage(3, 2);
 
 function stepAnswer(messages: unknown[]) {
   return json(200, {
@@ -49,8 +49,13 @@ test('generate: the new input is saved, the model sees system messages first the
     stepAnswer([stored]),
     json(200, { saved: ['r1'], parts: [{ type: 'data-om-scheduled', data: { operations: ['observe'] } }] }),
   );
-  const model = new MockLanguageModelV2({
-    doGenerate: { content: [{ type: 'text', text: 'In Lisbon.' }], finishReason: 'stop', usage: USAGE, warnings: [] },
+  const model = await mockModel({
+    doGenerate: {
+      content: [{ type: 'text', text: 'In Lisbon.' }],
+      finishReason: finishReason('stop'),
+      usage: USAGE,
+      warnings: [],
+    },
   });
 
   const result = await wrapLanguageModel({ model, middleware: memory }).doGenerate({ prompt: PROMPT });
@@ -81,8 +86,8 @@ test('generate: the new input is saved, the model sees system messages first the
 
 test('a call retried with the same prompt re-sends the same message ids', async () => {
   const { fetch, memory } = setup(stepAnswer([])); // no output, so no turn: only steps are sent
-  const model = new MockLanguageModelV2({
-    doGenerate: { content: [], finishReason: 'stop', usage: USAGE, warnings: [] },
+  const model = await mockModel({
+    doGenerate: { content: [], finishReason: finishReason('stop'), usage: USAGE, warnings: [] },
   });
   const wrapped = wrapLanguageModel({ model, middleware: memory });
 
@@ -108,12 +113,13 @@ test('stream: the reply is saved before finish goes on; a failed save is an erro
     { type: 'text-delta' as const, id: 'a', delta: 'Lisbon.' },
     { type: 'text-end' as const, id: 'a' },
     { type: 'tool-call' as const, toolCallId: 'c1', toolName: 'recall', input: '{"mode":"threads"}' },
-    { type: 'finish' as const, finishReason: 'tool-calls' as const, usage: USAGE },
+    { type: 'finish' as const, finishReason: finishReason('tool-calls'), usage: USAGE },
   ];
-  const model = () =>
-    new MockLanguageModelV2({ doStream: async () => ({ stream: simulateReadableStream({ chunks }) }) });
+  const model = () => mockModel({ doStream: async () => ({ stream: simulateReadableStream({ chunks }) }) });
   const read = async (memory: ReturnType<typeof setup>['memory']) => {
-    const { stream } = await wrapLanguageModel({ model: model(), middleware: memory }).doStream({ prompt: PROMPT });
+    const { stream } = await wrapLanguageModel({ model: await model(), middleware: memory }).doStream({
+      prompt: PROMPT,
+    });
     const parts: { type: string; providerMetadata?: unknown; error?: unknown }[] = [];
     for await (const part of stream as unknown as AsyncIterable<(typeof parts)[number]>) parts.push(part);
     return parts;
@@ -126,7 +132,7 @@ test('stream: the reply is saved before finish goes on; a failed save is an erro
   // A model that fails mid-stream: its half reply is not saved as a turn.
   const midway = setup(stepAnswer([]));
   const erroring = chunks.slice(0, 3).concat({ type: 'error', error: new Error('overloaded') } as never);
-  const errored = new MockLanguageModelV2({
+  const errored = await mockModel({
     doStream: async () => ({ stream: simulateReadableStream({ chunks: erroring }) }),
   });
   const { stream } = await wrapLanguageModel({ model: errored, middleware: midway.memory }).doStream({
@@ -155,8 +161,8 @@ test('stream: the reply is saved before finish goes on; a failed save is an erro
 
 test('a step that fails fails the model call: the model is not asked without memory', async () => {
   const { memory } = setup(apiError(404, 'thread_not_found', 'no thread t1 for this resource'));
-  const model = new MockLanguageModelV2({
-    doGenerate: { content: [], finishReason: 'stop', usage: USAGE, warnings: [] },
+  const model = await mockModel({
+    doGenerate: { content: [], finishReason: finishReason('stop'), usage: USAGE, warnings: [] },
   });
 
   await assert.rejects(async () => wrapLanguageModel({ model, middleware: memory }).doGenerate({ prompt: PROMPT }), {

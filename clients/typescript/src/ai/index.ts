@@ -1,5 +1,5 @@
 /**
- * om-client/ai: observational memory for the AI SDK (v5).
+ * om-client/ai: observational memory for the AI SDK (versions 5, 6 and 7).
  *
  * - `observationalMemory(...)`: a `LanguageModelMiddleware` for `wrapLanguageModel` (generateText and streamText);
  * - `recallTool` / `workingMemoryTool` / `memoryTools`: the memory tools as AI SDK `tool()`s;
@@ -14,11 +14,6 @@ export {
   type OmProviderOptions,
   type PartsEvent,
 } from './memory.js';
-export { fromModelMessage, fromModelOutput, toModelPrompt } from './convert.js';
+export { fromModelMessage, fromModelOutput, type ModelSpec, specOf, toModelPrompt } from './convert.js';
 export { type MemoryToolOptions, type MemoryTools, memoryTools, recallTool, workingMemoryTool } from './tools.js';
-export {
-  fromUIMessage,
-  type MemoryChatTransportOptions,
-  memoryChatTransport,
-  type MemoryUIMessage,
-} from './transport.js';
+export { type MemoryChatTransportOptions, memoryChatTransport, type MemoryUIMessage } from './transport.js';

@@ -15,9 +15,13 @@
  * assistant message: the user's message, or the tool results of the step before — is saved with the step route
  * (`POST /threads/{id}/steps`). The model then sees the app's system messages, the memory system message
  * (observations, working memory, how to use the tools) and the unobserved messages memory holds — system messages
- * first, as every provider takes them: the history the app passed is replaced, so pass only the new message. After the call its output (text, tool calls, reasoning) is
- * saved with the turn route (`POST /threads/{id}/turns`). The `data-om-*` parts of both go to `onParts` (write them
- * to a UI message stream) and ride on the result's `providerMetadata.om`.
+ * first, as every provider takes them: the history the app passed is replaced, so pass only the new message. After
+ * the call its output (text, tool calls, reasoning) is saved with the turn route (`POST /threads/{id}/turns`). The
+ * `data-om-*` parts of both go to `onParts` (write them to a UI message stream) and ride on the result's
+ * `providerMetadata.om`.
+ *
+ * It works with the AI SDK 5, 6 and 7 (language-model specifications v2, v3 and v4): see `convert.ts` for where they
+ * differ.
  *
  * Every saved message has an id made once per prompt message, so a call the AI SDK retries saves nothing twice. To
  * keep ids across your own retries, give the message one: `providerOptions: { om: { messageId: 'msg_…' } }`.
@@ -33,6 +37,7 @@ import {
   type ModelPrompt,
   fromModelMessage,
   fromModelOutput,
+  specOf,
   toModelPrompt,
 } from './convert.js';
 import { type MemoryTools, memoryTools } from './tools.js';
@@ -192,10 +197,10 @@ export function observationalMemory(options: ObservationalMemoryOptions): Observ
         }
       : holder;
 
+  // No specification version is declared: the AI SDK 5, 6 and 7 call a middleware alike (none reads the field), each
+  // with its own specification's shapes, which are told apart where they differ (files, the finish reason).
   const middleware: ObservationalMemory = {
-    middlewareVersion: 'v2',
-
-    async transformParams({ params }) {
+    async transformParams({ params, model }) {
       const binding = bindingFor(params);
       const input = newInput(params.prompt)
         .map((message) => fromModelMessage(message, idOf(message)))
@@ -211,7 +216,7 @@ export function observationalMemory(options: ObservationalMemoryOptions): Observ
 
       // Every system message goes first (Anthropic and Google models take them only there): the app's, in order, then
       // the memory system message, then any system message memory holds; then the conversation memory shows.
-      const shown = toModelPrompt(step.messages);
+      const shown = toModelPrompt(step.messages, specOf(model));
       const prompt: ModelPrompt = [
         ...params.prompt.filter((m) => m.role === 'system'),
         ...(step.system.trim() ? [{ role: 'system' as const, content: step.system }] : []),
@@ -252,7 +257,7 @@ export function observationalMemory(options: ObservationalMemoryOptions): Observ
             if (part.type === 'finish') {
               // Save before the finish goes on: when the caller sees it, the reply is in memory.
               finished = true;
-              failed ||= part.finishReason === 'error';
+              failed ||= finishReasonOf(part.finishReason) === 'error';
               controller.enqueue(withMetadata(part, await save(controller)));
               return;
             }
@@ -281,6 +286,13 @@ export function observationalMemory(options: ObservationalMemoryOptions): Observ
     },
   };
   return middleware;
+}
+
+/** The unified finish reason: a string in specification v2 (AI SDK 5), `{unified, raw}` from v3 on. */
+function finishReasonOf(reason: unknown): string | undefined {
+  if (typeof reason === 'string') return reason;
+  const unified = (reason as { unified?: unknown } | undefined)?.unified;
+  return typeof unified === 'string' ? unified : undefined;
 }
 
 /** Collects a streamed call's output as the content a generate call would have returned. */
