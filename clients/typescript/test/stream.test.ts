@@ -1,9 +1,10 @@
-// The streamed chat turn (AI SDK UI message stream, protocol v1) and the useChat transport, against a recorded SSE
-// body written by hand from the protocol: the streaming route is not on this server yet, so these tests check the
-// reader and the transport, not the server.
+// The streamed chat turn (AI SDK UI message stream, protocol v1) and the useChat transport: first against a recorded
+// SSE body (the reader and the requests, frame by frame), then against the streaming route of the local stack (what
+// a user sees: the text assembled equals the stored reply, memory parts before the finish, an abort loses nothing).
+// Run with each AI SDK major.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { readUIMessageStream } from 'ai';
+import { AbstractChat, type ChatState, readUIMessageStream } from 'ai';
 import {
   APIError,
   bearerAuth,
@@ -11,10 +12,11 @@ import {
   MemoryClient,
   MessageConflict,
   readChatStream,
+  textOf,
   userMessage,
 } from 'om-client';
 import { type MemoryUIMessage, memoryChatTransport } from 'om-client/ai';
-import { apiError, json, ScriptedFetch } from './helpers.js';
+import { apiError, json, ScriptedFetch, servers, uid } from './helpers.js';
 
 const STATUS = {
   windows: {
@@ -142,7 +144,8 @@ test('a server that answers chat as JSON is refused clearly; a broken frame and 
 
   const failed: ChatStreamChunk[] = [
     { type: 'start' },
-    { type: 'error', errorText: 'model_unavailable: the Actor model is unavailable' },
+    { type: 'error', errorText: 'the language model is unavailable right now; retry later', code: 'model_unavailable' },
+    { type: 'finish', finishReason: 'error' },
   ];
   assert.deepEqual(await collect(readChatStream(sse(failed))), failed);
 });
@@ -212,16 +215,12 @@ test('the useChat transport sends only the newest message to the thread of the c
   assert.equal(new URL(request.url).pathname, '/prod/threads/trip-1/chat');
   assert.equal(request.headers.get('authorization'), 'Bearer jwt');
   assert.equal(request.headers.get('accept'), 'text/event-stream');
+  // The AI SDK's own body, with the newest user message alone (the server takes its text and files) and whose memory.
   assert.deepEqual(fetch.bodies()[0], {
+    id: 'trip-1',
+    trigger: 'submit-message',
+    messages: [history[2]],
     resourceId: 'me',
-    message: {
-      id: 'u2',
-      role: 'user',
-      parts: [
-        { type: 'text', text: 'Here is my ticket.' },
-        { type: 'image', mediaType: 'image/png', data: 'iVBORw0KGgo=', filename: 'ticket.png' },
-      ],
-    },
   });
   // The AI SDK's own reader assembles the reply and keeps the memory parts on it.
   assert.equal(last?.id, 'msg_reply1');
@@ -256,4 +255,153 @@ test('the transport surfaces error answers as the error of their code', async ()
 
   await assert.rejects(sending, MessageConflict);
   assert.equal(new URL(fetch.requests[0]!.request.url).pathname, '/threads/t1/chat');
+});
+
+// -- against the streaming route of the local stack -------------------------------------------------------------------
+/** The thread's stored messages as `role: text`, once there are at least `count` (the turn may still be finishing). */
+async function storedTurn(om: MemoryClient, threadId: string, count: number): Promise<{ id: string; text: string }[]> {
+  for (let waited = 0; ; waited += 50) {
+    const { messages } = await om.messages(threadId);
+    if (messages.length >= count || waited > 10_000) {
+      return messages.map((m) => ({ id: m.id, text: `${m.role}: ${textOf(m)}` }));
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+function textOfChunks(chunks: readonly ChatStreamChunk[]): string {
+  return chunks.flatMap((c) => (c.type === 'text-delta' ? [c.delta] : [])).join('');
+}
+
+test('chatStream on the server: the text assembled is the stored reply, memory parts come before finish', async (t) => {
+  const env = servers(t);
+  if (!env) return;
+  const om = new MemoryClient({ apiUrl: env.api, resourceId: uid('r') });
+  const threadId = uid('t');
+  const message = userMessage('I am Ana and I live in Lisbon with my cat Olive.');
+
+  const chunks = await collect(om.chatStream(threadId, message));
+  const again = await collect(om.chatStream(threadId, message)); // the same message: its stored reply, streamed
+
+  const types = chunks.map((c) => c.type);
+  const stored = await storedTurn(om, threadId, 2);
+  const start = chunks[0];
+  assert.ok(start?.type === 'start');
+  assert.equal(types.at(-1), 'finish');
+  assert.ok(types.includes('text-delta'), types.join());
+  assert.ok(types.indexOf('data-om-status') < types.indexOf('finish'), types.join());
+  assert.deepEqual(stored, [
+    { id: message.id, text: `user: ${textOf(message)}` },
+    { id: start.messageId!, text: `assistant: ${textOfChunks(chunks)}` },
+  ]);
+  assert.equal(textOfChunks(again), textOfChunks(chunks));
+  assert.deepEqual(await storedTurn(om, threadId, 2), stored); // nothing stored twice
+});
+
+test('a client that aborts mid-stream still gets its turn saved, once; the message sent again streams it', async (t) => {
+  const env = servers(t);
+  if (!env) return;
+  const om = new MemoryClient({ apiUrl: env.api, resourceId: uid('r') });
+  const threadId = uid('t');
+  const message = userMessage('Remember that my locker code is 4711, please.');
+  const controller = new AbortController();
+  const seen: string[] = [];
+
+  const reading = (async () => {
+    for await (const chunk of om.chatStream(threadId, message, { signal: controller.signal })) {
+      seen.push(chunk.type);
+      if (chunk.type === 'start') controller.abort(new Error('the user closed the tab'));
+    }
+  })();
+
+  await assert.rejects(reading, /closed the tab/);
+  assert.deepEqual(seen, ['start']);
+  const stored = await storedTurn(om, threadId, 2);
+  assert.equal(stored.length, 2);
+  assert.equal(stored[0]!.text, `user: ${textOf(message)}`);
+  const again = await collect(om.chatStream(threadId, message));
+  assert.equal(`assistant: ${textOfChunks(again)}`, stored[1]!.text);
+  assert.deepEqual(await storedTurn(om, threadId, 2), stored);
+});
+
+/** The chat state the AI SDK's framework bindings keep (React's `useChat` keeps the same in React state). */
+class PlainState implements ChatState<MemoryUIMessage> {
+  status: ChatState<MemoryUIMessage>['status'] = 'ready';
+  error: Error | undefined = undefined;
+  messages: MemoryUIMessage[] = [];
+  pushMessage = (message: MemoryUIMessage) => void (this.messages = [...this.messages, message]);
+  popMessage = () => void (this.messages = this.messages.slice(0, -1));
+  replaceMessage = (index: number, message: MemoryUIMessage) =>
+    void (this.messages = this.messages.map((m, i) => (i === index ? message : m)));
+  snapshot = <T>(thing: T): T => structuredClone(thing);
+}
+
+class Chat extends AbstractChat<MemoryUIMessage> {
+  readonly plain: PlainState;
+  constructor(options: Omit<ConstructorParameters<typeof AbstractChat<MemoryUIMessage>>[0], 'state'>) {
+    const state = new PlainState();
+    super({ ...options, state });
+    this.plain = state;
+  }
+}
+
+test("the useChat transport on the server: the chat shows the stored reply and memory's parts; one message sent", async (t) => {
+  const env = servers(t);
+  if (!env) return;
+  const sent: { messages: unknown[] }[] = [];
+  const client = new MemoryClient({
+    apiUrl: env.api,
+    resourceId: uid('r'),
+    fetch: async (request) => {
+      if (request.method === 'POST') sent.push(JSON.parse(await request.clone().text()) as { messages: unknown[] });
+      return fetch(request);
+    },
+  });
+  const threadId = uid('t');
+  const chat = new Chat({ id: threadId, transport: memoryChatTransport({ client }) });
+
+  await chat.sendMessage({ text: 'Hi, I am Ana. I collect blue stamps.' });
+  await chat.sendMessage({ text: 'What do I collect?' });
+
+  assert.equal(chat.plain.status, 'ready', String(chat.plain.error));
+  const stored = await storedTurn(client, threadId, 4);
+  const shown = chat.plain.messages.map((m) => ({
+    id: m.id,
+    text: `${m.role}: ${m.parts.flatMap((p) => (p.type === 'text' ? [p.text] : [])).join('')}`,
+  }));
+  assert.deepEqual(shown, stored); // what the chat shows is what memory holds, under the same ids
+  const reply = chat.plain.messages[3]!;
+  const types = reply.parts.map((p) => p.type);
+  assert.ok(types.includes('data-om-status'), types.join());
+  const status = reply.parts.find((p) => p.type === 'data-om-status');
+  assert.equal(status?.type === 'data-om-status' && status.data.threadId, threadId);
+  assert.deepEqual(
+    sent.map((body) => body.messages.length),
+    [1, 1],
+  );
+});
+
+test('the useChat transport: a chat stopped mid-stream has its turn saved once; the next message goes on', async (t) => {
+  const env = servers(t);
+  if (!env) return;
+  const client = new MemoryClient({ apiUrl: env.api, resourceId: uid('r') });
+  const threadId = uid('t');
+  const chat: Chat = new Chat({
+    id: threadId,
+    transport: memoryChatTransport({ client }),
+    onData: () => void chat.stop(), // the first memory part arrives: the user stops the reply
+  });
+
+  await chat.sendMessage({ text: 'My train leaves at 9:40 from Santa Apolónia.' });
+  const afterStop = await storedTurn(client, threadId, 2);
+  await chat.sendMessage({ text: 'When does my train leave?' });
+
+  assert.equal(afterStop.length, 2);
+  assert.match(afterStop[1]!.text, /^assistant: ./);
+  const stored = await storedTurn(client, threadId, 4);
+  assert.deepEqual(
+    stored.map((m) => m.text.split(':')[0]),
+    ['user', 'assistant', 'user', 'assistant'],
+  );
+  assert.deepEqual(stored.slice(0, 2), afterStop);
 });

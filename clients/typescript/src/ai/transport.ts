@@ -1,7 +1,7 @@
 /**
  * A chat transport for the AI SDK's `useChat` (and any `Chat`): the AI SDK's `DefaultChatTransport`, pointed at the
- * streaming chat route, sending only the newest message (memory holds the rest), through the client's credentials,
- * retries and typed errors.
+ * streaming chat route, sending only the newest user message (memory holds the rest), through the client's
+ * credentials, retries and typed errors.
  *
  * ```tsx
  * const client = new MemoryClient({ apiUrl, resourceId: user.id, auth: bearerAuth(() => session.idToken()) });
@@ -9,14 +9,16 @@
  * // message.parts carry text and the data-om-* parts (observing..., status) as they arrive
  * ```
  *
- * The chat's `id` is the thread id unless `threadId` is given. Resuming a stream (`resume: true`) is not supported:
- * the service keeps no stream to reconnect to; a reply already stored is answered again for the same message id.
+ * The request body is the AI SDK's own (`{id, messages, trigger, messageId}`, `messages` holding the newest user
+ * message alone) plus `resourceId`: the server takes that message's text and files and stores it under its id. The
+ * chat's `id` is the thread id unless `threadId` is given. A request whose answer was lost is sent again: a message is
+ * answered once, so the repeat streams the stored reply. Resuming a stream (`resume: true`) is not supported: the
+ * service keeps no stream to reconnect to.
  */
 import { DefaultChatTransport, type UIMessage } from 'ai';
 import { type MemoryClient, encodeRfc3986 } from '../client.js';
 import { checkId } from '../messages.js';
 import type { OmDataTypes } from '../parts.js';
-import type { MessageInput, Part } from '../types.js';
 
 /** A UI message whose data parts are the `data-om-*` parts. */
 export type MemoryUIMessage = UIMessage<unknown, OmDataTypes>;
@@ -31,25 +33,6 @@ export interface MemoryChatTransportOptions {
   readOnly?: boolean;
 }
 
-/** A UI message as the API's message: its text and files (`data:` URLs inline), under the UI message's id. */
-export function fromUIMessage(message: UIMessage): MessageInput & { id: string } {
-  const parts: Part[] = [];
-  for (const part of message.parts) {
-    if (part.type === 'text') parts.push({ type: 'text', text: part.text });
-    else if (part.type === 'file') {
-      const kind = part.mediaType.startsWith('image/') ? 'image' : 'file';
-      const named = part.filename ? { filename: part.filename } : {};
-      const inline = /^data:([^;,]*)(?:;[^,]*)?,(.*)$/s.exec(part.url);
-      parts.push(
-        inline
-          ? { type: kind, mediaType: inline[1] || part.mediaType, data: inline[2] ?? '', ...named }
-          : { type: kind, mediaType: part.mediaType, url: part.url, ...named },
-      );
-    }
-  }
-  return { id: checkId('message id', message.id), role: message.role, parts };
-}
-
 /** `DefaultChatTransport` for the streaming chat route. */
 export function memoryChatTransport<UI_MESSAGE extends UIMessage = MemoryUIMessage>(
   options: MemoryChatTransportOptions,
@@ -57,18 +40,24 @@ export function memoryChatTransport<UI_MESSAGE extends UIMessage = MemoryUIMessa
   const { client } = options;
   return new DefaultChatTransport<UI_MESSAGE>({
     api: `${client.apiUrl}/threads`,
-    prepareSendMessagesRequest: ({ id, messages, headers }) => {
+    prepareSendMessagesRequest: ({ id, messages, body, headers, trigger, messageId }) => {
       const threadId = checkId('threadId', options.threadId ?? id);
       const resourceId = checkId('resourceId', options.resourceId ?? client.resourceId);
-      const newest = messages.at(-1);
-      if (!newest || newest.role !== 'user') {
-        throw new TypeError('the chat has no new user message to send (memory holds the conversation)');
-      }
-      const body = { resourceId, message: fromUIMessage(newest), ...(options.readOnly ? { readOnly: true } : {}) };
+      const newest = messages.filter((message) => message.role === 'user').at(-1);
+      if (!newest) throw new TypeError('the chat has no user message to send (memory holds the conversation)');
+      checkId('message id', newest.id);
       return {
         api: `${client.apiUrl}/threads/${encodeRfc3986(threadId)}/chat`,
         headers: { ...Object.fromEntries(new Headers(headers)), accept: 'text/event-stream' },
-        body,
+        body: {
+          ...body,
+          id,
+          trigger,
+          ...(messageId === undefined ? {} : { messageId }),
+          messages: [newest],
+          resourceId,
+          ...(options.readOnly ? { readOnly: true } : {}),
+        },
       };
     },
     fetch: (input, init) => client.streamRequest(new Request(input, init), init?.signal ?? undefined),
