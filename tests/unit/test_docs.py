@@ -34,7 +34,8 @@ FOREIGN = [
 
 
 def user_pages() -> list[Path]:
-    pages = [README, ROOT / 'CHANGELOG.md', ROOT / 'clients' / 'python' / 'README.md', *sorted(ROOT.glob('docs/*.md'))]
+    clients = [ROOT / 'clients' / 'python' / 'README.md', ROOT / 'clients' / 'typescript' / 'README.md']
+    pages = [README, ROOT / 'CHANGELOG.md', *clients, *sorted(ROOT.glob('docs/*.md'))]
     return [p for p in pages if p.relative_to(ROOT).as_posix() not in NOT_USER_FACING]
 
 

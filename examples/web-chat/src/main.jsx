@@ -1,17 +1,19 @@
-// A chat page on the observational memory API with the AI SDK's `useChat`: the reply streams in word by word, an
-// "observing" indicator shows while memory is being observed, and the memory's status is shown after each turn.
+// A chat page on the observational memory API with the AI SDK's `useChat` and om-client's chat transport: the reply
+// streams in word by word, an "observing" indicator shows while memory is being observed, and the memory's status is
+// shown after each turn.
 //
-// Build: `npm ci && npm run build` (esbuild bundles it from npm into dist/app.js; no CDN). Serve index.html and
-// dist/app.js from the same origin as the API (the API answers no CORS preflight), and open
-// index.html?resource=<resourceId>&thread=<threadId>. With a JWT-protected API, add `Authorization: Bearer <token>`
-// in the transport's `headers`.
+// Build: see README.md (esbuild bundles it from npm into dist/app.js; no CDN). Serve index.html and dist/app.js from
+// the same origin as the API (the API answers no CORS preflight), and open
+// index.html?resource=<resourceId>&thread=<threadId>. With a JWT-protected API, give the client
+// `auth: bearerAuth(() => idToken)`.
 import React, { useMemo, useState } from 'react';
 import { createRoot } from 'react-dom/client';
 import { useChat } from '@ai-sdk/react';
-import { DefaultChatTransport } from 'ai';
+import { MemoryClient } from 'om-client';
+import { memoryChatTransport } from 'om-client/ai';
 
 const params = new URLSearchParams(window.location.search);
-const API = params.get('api') ?? '';
+const API = params.get('api') || window.location.origin;
 const RESOURCE = params.get('resource') ?? 'web-user';
 const THREAD = params.get('thread') ?? 'web-chat';
 
@@ -62,15 +64,10 @@ function Message({ message }) {
 }
 
 function App() {
-  // Only the newest message is sent: the server keeps the conversation (and its memory), as the reference's docs
-  // recommend for observational memory.
+  // The transport sends only the newest message to the chat's thread (the server keeps the conversation and its
+  // memory), with the client's credentials, retries and typed errors.
   const transport = useMemo(
-    () =>
-      new DefaultChatTransport({
-        api: `${API}/threads/${encodeURIComponent(THREAD)}/chat/stream`,
-        body: { resourceId: RESOURCE },
-        prepareSendMessagesRequest: ({ messages, body }) => ({ body: { ...body, messages: messages.slice(-1) } }),
-      }),
+    () => memoryChatTransport({ client: new MemoryClient({ apiUrl: API, resourceId: RESOURCE }) }),
     [],
   );
   const { messages, sendMessage, status, error } = useChat({ id: THREAD, transport });
