@@ -59,9 +59,9 @@ UNSET: Any = _Unset()
 class RetryPolicy:
     """When and how long to wait before sending a request again.
 
-    Retried: 429, 502 and 503 (the contract says such answers left nothing written), connection failures before the
-    request was sent, and — for calls that are safe to repeat (every call but `chat`, whose Actor reply would be
-    generated twice) — timeouts, broken connections and 504. Waits grow exponentially with jitter (half fixed, half
+    Retried: 429, 502 and 503 (such answers left nothing written), connection failures before the request was sent,
+    and — for calls that are safe to repeat (every call: a message carries its client-side id, and `chat` answers a
+    message once) — timeouts, broken connections and 504. Waits grow exponentially with jitter (half fixed, half
     random) up to `backoff_max_s`; a `Retry-After` header is honoured up to `max_retry_after_s`.
     """
 

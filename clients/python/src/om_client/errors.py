@@ -139,6 +139,11 @@ class MethodNotAllowed(APIError, status=405, code='method_not_allowed'):
     """405: the path exists with other methods."""
 
 
+class HostNotAllowed(APIError, status=421, code='host_not_allowed'):
+    """421 `host_not_allowed`: `om serve` does not answer for the Host the request named (start it with
+    `--allowed-host NAME` to serve that name too)."""
+
+
 class Conflict(APIError, status=409, code='conflict'):
     """409: a conflict that left nothing written."""
 
