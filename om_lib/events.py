@@ -83,3 +83,12 @@ def lifecycle_events(resource_id: str, parts: Iterable[OMPart]) -> list[Lifecycl
             detail['observationsTruncated'] = True
         events.append(LifecycleEvent(part.kind(), detail))
     return events
+
+
+def lifecycle_event_pattern(detail_types: Iterable[str] | None = None) -> dict[str, Any]:
+    """The EventBridge pattern of lifecycle events (all of them, or these detail types): the rule the local stack
+    keeps them readable with and the CDK app's optional queue use the same one."""
+    pattern: dict[str, Any] = {'source': [EVENT_SOURCE]}
+    if detail_types is not None:
+        pattern['detail-type'] = sorted(set(detail_types))
+    return pattern
