@@ -161,6 +161,12 @@ def record_parts_metrics(parts: Iterable[Mapping[str, Any]]) -> None:
         record_note(note, count)
 
 
+def record_unpublished_events(count: int) -> None:
+    """`count` lifecycle events that could not be published (`LifecycleEventsNotPublished`, dimension `service`):
+    the outcomes happened; only their events are missing."""
+    _single('LifecycleEventsNotPublished', count, {'service': SERVICE})
+
+
 def record_note(note: str, count: int = 1) -> None:
     """`count` answers accepted with a doubt (`AnswerNotes`, dimensions `service` and `note`): a check was unsure
     about them (om_lib/log_check.py) but refuses only what is certainly not an observation log."""

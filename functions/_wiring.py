@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from om_lib.adapters.bedrock_model import BedrockLanguageModel
     from om_lib.adapters.dynamodb_store import DynamoMemoryStore
     from om_lib.adapters.dynamodb_vectors import DynamoVectorIndex
+    from om_lib.adapters.eventbridge_events import EventBridgePublisher
     from om_lib.adapters.gemini_model import GeminiLanguageModel
     from om_lib.adapters.openai_model import OpenAILanguageModel
     from om_lib.ports import Embedder, LanguageModel
@@ -94,6 +95,11 @@ class ServiceSettings(BaseModel):
         default=DEFAULT_EMBEDDING_MODEL,
         description='Embedder for semantic search: google/<model>, bedrock/amazon.titan-embed-text-v2:0, '
         'openai/<model>, local (the local-embeddings extra) or hashing.',
+    )
+    OM_EVENT_BUS_NAME: str | None = Field(
+        default=None,
+        description='The EventBridge bus that receives lifecycle events (every observation, reflection, buffering, '
+        'activation and failure); unset: none are published.',
     )
     OM_EMBEDDING_DIMENSIONS: int = Field(
         default=DEFAULT_EMBEDDING_DIMENSIONS,
@@ -283,7 +289,19 @@ def engine() -> MemoryEngine:
 @lru_cache(maxsize=1)
 def service() -> MemoryService:
     """The memory service every handler calls: the engine plus semantic search when it is on."""
-    return MemoryService(engine(), semantic=semantic())
+    return MemoryService(engine(), semantic=semantic(), events=events())
+
+
+@lru_cache(maxsize=1)
+def events() -> EventBridgePublisher | None:
+    """The lifecycle events' bus (OM_EVENT_BUS_NAME), or None when the deployment names none."""
+    bus = settings().OM_EVENT_BUS_NAME
+    if not bus:
+        return None
+    from functions._observability import record_unpublished_events
+    from om_lib.adapters.eventbridge_events import EventBridgePublisher
+
+    return EventBridgePublisher(bus, on_failure=record_unpublished_events)
 
 
 @lru_cache(maxsize=1)
@@ -448,6 +466,7 @@ def reset() -> None:
         providers,
         engine,
         service,
+        events,
         vector_index,
         embedder,
         semantic,

@@ -28,6 +28,8 @@ Context (all optional):
     allowedOrigins  comma-separated web origins (https://app.example.com) whose pages may write to the API, with CORS
                     answers; any other page's writes are refused (403). Default: none (the API's own origin only)
     inspector       true: serve the memory inspector page at GET /inspector (behind the API's authentication)
+    lifecycleEventsQueue  true: a queue (with its dead-letter queue) behind a rule that takes every lifecycle event of
+                    the stack's bus, for a consumer of yours (output LifecycleEventsQueueUrl)
 """
 
 from __future__ import annotations
@@ -199,6 +201,7 @@ def settings_from_context(context: Mapping[str, Any]) -> StackSettings:
         api_keys=tuple(api_keys),
         reserved_concurrency=_flag(context.get('reservedConcurrency', True), 'reservedConcurrency'),
         inspector=_flag(context.get('inspector', False), 'inspector'),
+        lifecycle_events_queue=_flag(context.get('lifecycleEventsQueue', False), 'lifecycleEventsQueue'),
         allowed_origins=tuple(origins),
         deploy_role_arn=deploy_role,
         operator_role_arns=tuple(operators),
@@ -269,6 +272,7 @@ _CONTEXT_KEYS = (
     'operatorRoleArns',
     'inspector',
     'allowedOrigins',
+    'lifecycleEventsQueue',
 )
 
 

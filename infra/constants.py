@@ -38,6 +38,8 @@ OBJECT_READ_ACTIONS: Final = ('s3:GetObject',)
 OBJECT_WRITE_ACTIONS: Final = ('s3:PutObject', 's3:DeleteObject')
 BUCKET_ACTIONS: Final = ('s3:ListBucket',)
 QUEUE_SEND_ACTIONS: Final = ('sqs:SendMessage',)
+# Publishing lifecycle events onto the stack's bus.
+EVENT_PUBLISH_ACTIONS: Final = ('events:PutEvents',)
 STATE_MACHINE_START_ACTIONS: Final = ('states:StartExecution',)
 SECRET_READ_ACTIONS: Final = ('secretsmanager:GetSecretValue',)
 LOG_WRITE_ACTIONS: Final = ('logs:CreateLogStream', 'logs:PutLogEvents')
@@ -106,6 +108,7 @@ class FunctionAccess:
         consumes_jobs: The work queue is this function's event source.
         consumes_upload_events: The queue of the bucket's upload events is this function's event source.
         starts_reflections: `states:StartExecution` on the reflection workflow.
+        publishes_events: `events:PutEvents` on the lifecycle event bus (it makes memory outcomes).
         model_roles: Which configured models it calls (`observer`, `reflector`, `actor`, `title`, `embedder`): the
             providers of those models decide its model grants (infra/constructs/model_access.py: the Gemini or OpenAI
             key's secret, `bedrock:InvokeModel` on the configured Bedrock models).
@@ -122,6 +125,7 @@ class FunctionAccess:
     consumes_jobs: bool = False
     consumes_upload_events: bool = False
     starts_reflections: bool = False
+    publishes_events: bool = False
     model_roles: tuple[str, ...] = ()
     streamed_roles: tuple[str, ...] = ()
 
@@ -162,6 +166,7 @@ API_FUNCTION: Final = FunctionSpec(
         lists_bucket=True,
         sends_jobs=True,
         starts_reflections=True,
+        publishes_events=True,
         model_roles=('observer', 'reflector', 'actor', 'title', 'embedder'),
     ),
 )
@@ -184,6 +189,7 @@ CHAT_STREAM_FUNCTION: Final = FunctionSpec(
         lists_bucket=True,
         sends_jobs=True,
         starts_reflections=True,
+        publishes_events=True,
         model_roles=('observer', 'reflector', 'actor', 'title', 'embedder'),
         streamed_roles=('actor',),
     ),
@@ -202,6 +208,7 @@ BUFFER_WORKER_FUNCTION: Final = FunctionSpec(
         sends_jobs=True,
         consumes_jobs=True,
         starts_reflections=True,
+        publishes_events=True,
         model_roles=('observer', 'reflector', 'title', 'embedder'),
     ),
 )
@@ -217,6 +224,7 @@ REFLECTION_FUNCTION: Final = FunctionSpec(
         table_actions=(*TABLE_READ_ACTIONS, *TABLE_WRITE_ACTIONS),
         indexes=_DATA_INDEXES,
         object_actions=(*OBJECT_READ_ACTIONS, *OBJECT_WRITE_ACTIONS),
+        publishes_events=True,
         model_roles=('reflector',),
     ),
     # Step Functions retries a throttled task with backoff (the ASL), so a cap costs delay, never a reflection.
@@ -289,6 +297,8 @@ QUEUE_MAX_CONCURRENCY: Final = 10
 # A delete is quick and idempotent: batches of ten, a few retries before the dead-letter queue.
 UPLOAD_EVENTS_BATCH_SIZE: Final = 10
 UPLOAD_EVENTS_MAX_RECEIVES: Final = 5
+# The optional lifecycle events queue: receives before an event goes to its dead-letter queue.
+LIFECYCLE_QUEUE_MAX_RECEIVES: Final = 5
 # However many uploads arrive, at most this many invocations at once (Lambda's minimum): the API keeps its concurrency.
 UPLOAD_EVENTS_MAX_CONCURRENCY: Final = 2
 
@@ -349,6 +359,9 @@ OUTPUT_KEY_ARN: Final = 'KeyArn'
 OUTPUT_WEB_ACL_ARN: Final = 'WebAclArn'
 OUTPUT_DASHBOARD_NAME: Final = 'DashboardName'
 OUTPUT_USAGE_PLAN_ID: Final = 'UsagePlanId'
+OUTPUT_EVENT_BUS_NAME: Final = 'LifecycleEventBusName'
+OUTPUT_EVENT_BUS_ARN: Final = 'LifecycleEventBusArn'
+OUTPUT_EVENTS_QUEUE_URL: Final = 'LifecycleEventsQueueUrl'
 
 DEFAULT_STAGE: Final = 'dev'
 STACK_NAME_PREFIX: Final = 'om-memory'

@@ -34,6 +34,9 @@ from infra.constants import (
     OUTPUT_BUCKET_NAME,
     OUTPUT_DASHBOARD_NAME,
     OUTPUT_DEAD_LETTER_QUEUE_URL,
+    OUTPUT_EVENT_BUS_ARN,
+    OUTPUT_EVENT_BUS_NAME,
+    OUTPUT_EVENTS_QUEUE_URL,
     OUTPUT_GEMINI_SECRET_ARN,
     OUTPUT_KEY_ARN,
     OUTPUT_OPENAI_SECRET_ARN,
@@ -53,6 +56,7 @@ from infra.constants import (
 )
 from infra.constructs import (
     ApiAuth,
+    LifecycleEvents,
     MemoryApi,
     MemoryBucket,
     MemoryKey,
@@ -144,11 +148,13 @@ class StackSettings:
     inspector: bool = False
     # Web origins whose pages may write to the API (OM_ALLOWED_ORIGINS), answered with CORS (preflights at the gateway).
     allowed_origins: tuple[str, ...] = ()
+    # A queue behind a rule on the lifecycle event bus, for a consumer of the team's (the bus is always there).
+    lifecycle_events_queue: bool = False
 
 
 class OmStack(Stack):
     """The whole service: key, table, bucket, queues, model-key secrets, five functions, workflow, API + WAF, schedule,
-    the orphan-upload cleanup, alarms, dashboard."""
+    the orphan-upload cleanup, the lifecycle event bus, alarms, dashboard."""
 
     def __init__(self, scope: Construct, construct_id: str, *, settings: StackSettings, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -185,6 +191,9 @@ class OmStack(Stack):
         )
         state_machine_name = f'{self.stack_name}-reflection'
         self.state_machine_arn = ReflectionWorkflow.arn_for(self, state_machine_name)
+        self.lifecycle_events = LifecycleEvents(
+            self, 'LifecycleEvents', key=self.key, queue=settings.lifecycle_events_queue
+        )
 
         self.functions: dict[str, ServiceFunction] = {}
         for spec in ALL_FUNCTIONS:
@@ -259,6 +268,7 @@ class OmStack(Stack):
             key=self.key,
             dead_letter_queues=self.work_queue.dead_letter_queues,
             upload_dead_letter_queues=self.orphan_uploads.dead_letter_queues,
+            event_dead_letter_queues=self.lifecycle_events.dead_letter_queues,
             functions=watched,
             api=self.api.api,
             state_machine=self.workflow.state_machine,
@@ -322,6 +332,7 @@ class OmStack(Stack):
             'OM_BUCKET_KMS_KEY_ARN': self.key.key_arn,
             'OM_WORK_QUEUE_URL': self.work_queue.queue.queue_url,
             'OM_REFLECTION_STATE_MACHINE_ARN': self.state_machine_arn,
+            **({'OM_EVENT_BUS_NAME': self.lifecycle_events.bus_name} if spec.access.publishes_events else {}),
             'OM_REQUEST_TIME_BUDGET_S': str(REQUEST_TIME_BUDGET_S),
             'OM_SWEEP_INTERVAL_S': str(SWEEP_EVERY_MINUTES * 60),
             'OM_AUTH_MODE': self.settings.auth.mode,
@@ -354,6 +365,8 @@ class OmStack(Stack):
             self.work_queue.grant_submit(function.role, sid=sid)
         if access.consumes_jobs:
             self.work_queue.grant_consume(function.role, sid=sid)
+        if access.publishes_events:
+            self.lifecycle_events.grant_publish(function.role)
         self.models.grant(function, access.model_roles, access.streamed_roles)
         return function
 
@@ -371,7 +384,14 @@ class OmStack(Stack):
             OUTPUT_KEY_ARN: (self.key.key_arn, "The KMS key encrypting the stack's data and logs"),
             OUTPUT_WEB_ACL_ARN: (self.api.firewall.web_acl.attr_arn, 'WAF web ACL in front of the API stage'),
             OUTPUT_DASHBOARD_NAME: (self.dashboard.dashboard.dashboard_name, 'CloudWatch dashboard'),
+            OUTPUT_EVENT_BUS_NAME: (self.lifecycle_events.bus_name, 'EventBridge bus of the lifecycle events'),
+            OUTPUT_EVENT_BUS_ARN: (self.lifecycle_events.bus.event_bus_arn, 'ARN of the lifecycle event bus'),
         }
+        if self.lifecycle_events.queue is not None:
+            outputs[OUTPUT_EVENTS_QUEUE_URL] = (
+                self.lifecycle_events.queue.queue_url,
+                'Queue receiving every lifecycle event (lifecycleEventsQueue)',
+            )
         for output, secret in (
             (OUTPUT_GEMINI_SECRET_ARN, self.models.gemini_secret),
             (OUTPUT_OPENAI_SECRET_ARN, self.models.openai_secret),

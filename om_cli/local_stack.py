@@ -17,6 +17,9 @@ It runs the deployed architecture in one process, with the same handler code:
   (`functions/orphan_uploads/events.py`) puts attachment uploads on the uploads queue, and a second poller hands them
   to `functions.orphan_uploads.handler`, which deletes an upload whose thread was erased.
 - API Gateway: a `ThreadingHTTPServer` turns each request into a REST API proxy event for `functions.api.handler`.
+- Lifecycle events: the functions publish to an EventBridge bus on the emulator (OM_EVENT_BUS_NAME), as deployed; a
+  rule with the CDK app's pattern (`om_lib.events.lifecycle_event_pattern`) puts them on a queue, and
+  `GET /_om/events` (loopback callers the API would take, like `GET /_om/local-stack`) reads them back in order.
 
 With an external endpoint (`AWS_ENDPOINT_URL`) the Lambda patch cannot reach the emulator's process, so the state
 machine is not used there: reflection jobs travel through the work queue and the buffer worker runs them (run_job
@@ -86,6 +89,9 @@ class StackNames:
     uploads_queue: str = 'om-uploads'
     uploads_dead_letter_queue: str = 'om-uploads-dlq'
     uploads_rule: str = 'om-orphan-uploads'
+    event_bus: str = 'om-lifecycle'
+    events_queue: str = 'om-lifecycle-events'
+    events_rule: str = 'om-lifecycle-events'
     reflection_function: str = 'om-reflection'
     state_machine: str = 'om-reflection'
 
@@ -108,6 +114,9 @@ class StackNames:
             uploads_queue=f'{prefix}-uploads',
             uploads_dead_letter_queue=f'{prefix}-uploads-dlq',
             uploads_rule=f'{prefix}-orphan-uploads',
+            event_bus=f'{prefix}-lifecycle',
+            events_queue=f'{prefix}-lifecycle-events',
+            events_rule=f'{prefix}-lifecycle-events',
             reflection_function=f'{prefix}-reflection',
             state_machine=f'{prefix}-reflection',
         )
@@ -116,6 +125,8 @@ class StackNames:
 STACK_PREFIX = re.compile(r'[A-Za-z0-9][A-Za-z0-9_-]{0,39}')
 # Where `om serve` describes itself to `om invoke --stack` (a local-stack path; API Gateway has no such route).
 DESCRIBE_PATH = '/_om/local-stack'
+# Where the local stack reads back the lifecycle events its functions published (a local-stack path too).
+EVENTS_PATH = '/_om/events'
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -622,6 +633,27 @@ _FORWARDED_METHODS = ('DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT'
 _TOO_LARGE = 'the request body is larger than the 10 MB API Gateway accepts; upload big files via POST /attachments'
 
 
+_LOCAL_HEADERS = {'Content-Type': 'application/json', 'X-Content-Type-Options': 'nosniff'}
+
+
+def _local_only(event: Mapping[str, Any], why: str) -> dict[str, Any] | None:
+    """The refusal (a proxy result) for a caller of a local-stack route that is not on loopback, or that the API would
+    not take (in `OM_AUTH_MODE=none`, anyone on loopback); None when the caller may have the answer."""
+    from functions import _wiring
+    from functions.api import auth
+    from functions.api.errors import ApiError, proxy_error
+
+    source = str(((event.get('requestContext') or {}).get('identity') or {}).get('sourceIp') or '')
+    if not _is_loopback(source):
+        return {**proxy_error(403, 'forbidden', why), 'headers': _LOCAL_HEADERS}
+    settings = _wiring.settings()
+    try:
+        auth.identify(event, settings.OM_AUTH_MODE, settings.OM_AUTH_CLAIM)
+    except ApiError as exc:
+        return {**proxy_error(exc.status, exc.code, exc.message), 'headers': _LOCAL_HEADERS}
+    return None
+
+
 def _is_loopback(address: str) -> bool:
     import ipaddress
 
@@ -716,6 +748,9 @@ class LocalStack:
         self.dlq_url = ''
         self.uploads_queue_url = ''
         self.uploads_queue_arn = ''
+        self.events_queue_url = ''
+        self._event_log: list[dict[str, Any]] = []
+        self._event_lock = threading.Lock()
         self.state_machine_arn: str | None = None
         self.region = 'us-east-1'
         self._saved_env: dict[str, str | None] = {}
@@ -773,6 +808,8 @@ class LocalStack:
         def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
             if event.get('httpMethod') == 'GET' and event.get('path') == DESCRIBE_PATH:
                 return self.describe_answer(event)
+            if event.get('httpMethod') == 'GET' and event.get('path') == EVENTS_PATH:
+                return self.events_answer(event)
             return api(event, context)
 
         return handle
@@ -783,21 +820,60 @@ class LocalStack:
         It names the emulator's endpoint, which takes any request without the API's checks, so it is answered only to
         a loopback caller, and only to one the API itself would take (in `OM_AUTH_MODE=none`, anyone on loopback).
         """
-        from functions import _wiring
-        from functions.api import auth
-        from functions.api.errors import ApiError, proxy_error
+        refusal = _local_only(event, 'the local stack describes itself to programs on its own machine')
+        if refusal is not None:
+            return refusal
+        return {
+            'statusCode': 200,
+            'headers': _LOCAL_HEADERS,
+            'body': json.dumps(self.describe()),
+            'isBase64Encoded': False,
+        }
 
-        headers = {'Content-Type': 'application/json', 'X-Content-Type-Options': 'nosniff'}
-        source = str(((event.get('requestContext') or {}).get('identity') or {}).get('sourceIp') or '')
-        if not _is_loopback(source):
-            refusal = proxy_error(403, 'forbidden', 'the local stack describes itself to programs on its own machine')
-            return {**refusal, 'headers': headers}
-        settings = _wiring.settings()
+    def events_answer(self, event: Mapping[str, Any]) -> dict[str, Any]:
+        """`GET EVENTS_PATH[?after=N]` as a proxy result: the lifecycle events published so far, oldest first (`after`:
+        skip the first N). They hold conversations' observations, so, like the stack's description, they are
+        answered only to a loopback caller the API itself would take."""
+        refusal = _local_only(event, "the local stack's lifecycle events are read by programs on its own machine")
+        if refusal is not None:
+            return refusal
+        query = event.get('queryStringParameters') or {}
         try:
-            auth.identify(event, settings.OM_AUTH_MODE, settings.OM_AUTH_CLAIM)
-        except ApiError as exc:
-            return {**proxy_error(exc.status, exc.code, exc.message), 'headers': headers}
-        return {'statusCode': 200, 'headers': headers, 'body': json.dumps(self.describe()), 'isBase64Encoded': False}
+            after = max(0, int(query.get('after') or 0))
+        except ValueError:
+            after = 0
+        events = self.lifecycle_events()
+        body = {'events': events[after:], 'next': len(events)}
+        return {'statusCode': 200, 'headers': _LOCAL_HEADERS, 'body': json.dumps(body), 'isBase64Encoded': False}
+
+    def lifecycle_events(self) -> list[dict[str, Any]]:
+        """Every lifecycle event the functions published so far, oldest first, as EventBridge delivered it
+        (`{id, time, source, detailType, detail}`): what a rule's target receives in AWS."""
+        with self._event_lock:
+            if self.events_queue_url:
+                sqs = self.client('sqs')
+                while True:
+                    got = sqs.receive_message(
+                        QueueUrl=self.events_queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0
+                    ).get('Messages', [])
+                    if not got:
+                        break
+                    for message in got:
+                        delivered = json.loads(message['Body'])
+                        self._event_log.append(
+                            {
+                                'id': delivered.get('id'),
+                                'time': delivered.get('time'),
+                                'source': delivered.get('source'),
+                                'detailType': delivered.get('detail-type'),
+                                'detail': delivered.get('detail'),
+                            }
+                        )
+                    sqs.delete_message_batch(
+                        QueueUrl=self.events_queue_url,
+                        Entries=[{'Id': str(i), 'ReceiptHandle': m['ReceiptHandle']} for i, m in enumerate(got)],
+                    )
+            return list(self._event_log)
 
     def start(self) -> LocalStack:
         """Start AWS (or connect), create resources, set the functions' environment, then workers and HTTP."""
@@ -920,6 +996,7 @@ class LocalStack:
         """What `om invoke --stack URL` needs to run a function against this stack: its AWS endpoint and the
         functions' environment (names, queue, state machine, configuration)."""
         keep = ('OM_TABLE_NAME', 'OM_BUCKET_NAME', 'OM_WORK_QUEUE_URL', 'OM_REFLECTION_STATE_MACHINE_ARN')
+        keep += ('OM_EVENT_BUS_NAME',)
         keep += ('OM_AUTH_MODE', 'OM_OFFLINE_FALLBACK', 'OM_CONFIG_FILE', 'OM_CONFIG', 'OM_REQUEST_TIME_BUDGET_S')
         return {
             'endpoint': self.endpoint,
@@ -969,6 +1046,7 @@ class LocalStack:
             'QueueArn'
         ]
         self._create_upload_events(sqs)
+        self._create_lifecycle_events(sqs)
         if self.embedded:
             self.state_machine_arn = self._create_state_machine()
 
@@ -995,6 +1073,29 @@ class LocalStack:
             Name=names.uploads_rule, EventPattern=json.dumps(object_created_pattern(names.bucket)), State='ENABLED'
         )
         events.put_targets(Rule=names.uploads_rule, Targets=[{'Id': 'uploads-queue', 'Arn': self.uploads_queue_arn}])
+
+    def _create_lifecycle_events(self, sqs: Any) -> None:
+        """The lifecycle events' bus, and a rule with the CDK app's pattern that puts every event on a queue, which
+        `GET /_om/events` reads back."""
+        from om_lib.events import lifecycle_event_pattern
+
+        names = self.names
+        events = self.client('events')
+        with suppress(events.exceptions.ResourceAlreadyExistsException):
+            events.create_event_bus(Name=names.event_bus)
+        self.events_queue_url = sqs.create_queue(QueueName=names.events_queue)['QueueUrl']
+        queue_arn = sqs.get_queue_attributes(QueueUrl=self.events_queue_url, AttributeNames=['QueueArn'])['Attributes'][
+            'QueueArn'
+        ]
+        events.put_rule(
+            Name=names.events_rule,
+            EventBusName=names.event_bus,
+            EventPattern=json.dumps(lifecycle_event_pattern()),
+            State='ENABLED',
+        )
+        events.put_targets(
+            Rule=names.events_rule, EventBusName=names.event_bus, Targets=[{'Id': 'events-queue', 'Arn': queue_arn}]
+        )
 
     def _create_state_machine(self) -> str:
         account = '123456789012'
@@ -1044,6 +1145,7 @@ class LocalStack:
             'OM_BUCKET_NAME': self.names.bucket,
             'OM_WORK_QUEUE_URL': self.queue_url,
             'OM_REFLECTION_STATE_MACHINE_ARN': self.state_machine_arn,
+            'OM_EVENT_BUS_NAME': self.names.event_bus,
             # Local runs have no authorizer in front of them; deployed stacks default to IAM.
             'OM_AUTH_MODE': 'none',
             'OM_OFFLINE_FALLBACK': '1',

@@ -326,6 +326,9 @@ def _resource(service: str, params: dict[str, Any]) -> str:
         return 'state-machine/' + str(params.get('stateMachineArn', params.get('executionArn', ''))).split(':')[-1]
     if service == 'secretsmanager':
         return 'secret/' + str(params.get('SecretId', '')).split(':')[-1]
+    if service == 'events' and params.get('Entries'):
+        buses = {str(e.get('EventBusName') or 'default').rsplit('/', 1)[-1] for e in params['Entries']}
+        return 'event-bus/' + ','.join(sorted(buses))
     return service
 
 

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from om_lib import buffering as buf
 from om_lib import context as ctx
+from om_lib import temporal
 from om_lib.archive import catalog_line
 from om_lib.messages import Message, TextPart
 from om_lib.parts import BufferedWindows, Status
@@ -57,7 +58,8 @@ def continuation_message(rt: Runtime) -> Message:
 def visible_messages(
     rt: Runtime, record: OMRecord, unobserved: Sequence[Message], step_input: Sequence[Message]
 ) -> list[Message]:
-    """The Actor's messages: the reminder (when there are observations), then the unobserved messages in order.
+    """The Actor's messages: the reminder (when there are observations), then the unobserved messages in order, with a
+    temporal gap marker before each message that follows a gap (`temporalMarkers`, om_lib/temporal.py).
 
     The step's own new user input is never taken away: a step does not observe it (it is observed with the turn that
     answers it), and one already observed earlier (a retried step) is still the message the Actor answers.
@@ -65,15 +67,21 @@ def visible_messages(
     seen = {m.id for m in unobserved}
     protected = [m for m in step_input if m.id not in seen and m.role == 'user']
     visible = sorted([*protected, *unobserved], key=lambda m: m.seq or 0)
+    visible = temporal.with_markers(visible, rt.settings.temporal_gap_s, record.observed_timezone)
     if record.active_observations.strip():
         return [continuation_message(rt), *visible]
     return visible
 
 
 def drop_engine_text(messages: Sequence[Message]) -> list[Message]:
-    """Text the engine inserts (the continuation reminder) is never saved as if someone had said it."""
+    """Text the engine inserts (the continuation reminder, temporal gap markers) is never saved as if someone had
+    said it."""
     reminder = ctx.continuation_reminder_text()
-    return [m for m in messages if m.id != ctx.CONTINUATION_REMINDER_ID and m.text() != reminder]
+    return [
+        m
+        for m in messages
+        if m.id != ctx.CONTINUATION_REMINDER_ID and m.text() != reminder and not temporal.is_marker(m)
+    ]
 
 
 def buffered_windows(rt: Runtime, record: OMRecord | None, thread_id: str, pending: int) -> BufferedWindows:

@@ -357,6 +357,7 @@ class Archive:
                 buffered_reflection_input_tokens=None,
                 reflected_line_count=None,
                 buffered_reflection_cycle_id=None,
+                buffered_reflection_usage=None,
                 last_buffered_at_tokens=0,
             )
 

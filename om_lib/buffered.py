@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 
 from om_lib import buffering as buf
 from om_lib import context as ctx
 from om_lib.background import deliver_background_parts, finish_background
 from om_lib.errors import ThreadNotFoundError
+from om_lib.idle import ActivationTrigger
 from om_lib.messages import Message
 from om_lib.observation import Backlog, ObservationPipeline, ThreadFailure, backlog_of, update_thread_hints
 from om_lib.parts import Activation, BufferingEnd, BufferingFailed, CycleParts, with_observations
@@ -52,9 +54,13 @@ class ObservationBuffering:
         parts: CycleParts,
         *,
         step_input: Sequence[Message] = (),
+        trigger: ActivationTrigger | None = None,
     ) -> tuple[OMRecord, Thread, list[Message]]:
         """Activate buffered chunks when due, observe past blockAfter, queue the next slice; returns the new state
         and the messages the Actor sees.
+
+        `trigger`: the thread was idle past `activateAfterIdle`, or the Actor's model changed (om_lib/idle.py): every
+        buffered chunk is activated, below the threshold too (no model call).
 
         The step's own input is not buffered here: the turn that answers it buffers it together with the answer (one
         Observer call per turn instead of two); a client that never sends turns gets it buffered by its next step.
@@ -63,8 +69,11 @@ class ObservationBuffering:
         s = rt.settings
         record = deliver_background_parts(rt, record, parts)
         pending = rt.counter.count_messages(unobserved)
-        if record.buffered_chunks and pending >= rt.message_threshold(record):
-            record, thread, activated = self.activate(record, thread, pending, parts)
+        over = pending >= rt.message_threshold(record)
+        if record.buffered_chunks and (over or trigger is not None):
+            record, thread, activated = self.activate(
+                record, thread, pending, parts, everything=not over, trigger=None if over else trigger
+            )
             if activated:
                 unobserved = rt.load_after(record.resource_id, thread.id, record.cursor(thread.id))
                 pending = rt.counter.count_messages(unobserved)
@@ -137,11 +146,19 @@ class ObservationBuffering:
 
     # -- activation -------------------------------------------------------------------------------------------------
     def activate(
-        self, record: OMRecord, thread: Thread, pending: int, parts: CycleParts, *, everything: bool = False
+        self,
+        record: OMRecord,
+        thread: Thread,
+        pending: int,
+        parts: CycleParts,
+        *,
+        everything: bool = False,
+        trigger: ActivationTrigger | None = None,
     ) -> tuple[OMRecord, Thread, bool]:
         """Move buffered chunks into the active observations (no model call; spec §11).
 
-        `everything` activates every chunk (the worker's full observation, before it observes the rest).
+        `everything` activates every chunk (the worker's full observation, before it observes the rest; an idle or
+        model-change `trigger`, whose fields the activation parts carry).
         """
         rt = self.rt
         s = rt.settings
@@ -236,13 +253,18 @@ class ObservationBuffering:
                     record_id=committed.id,
                     thread_id=thread_id,
                     config=rt.marker_config(),
+                    **(trigger.part_fields() if trigger is not None else {}),  # type: ignore[arg-type]
                 )
             )
         return committed, thread, True
 
     # -- the worker -------------------------------------------------------------------------------------------------
-    def run_buffer_job(self, job: Job, deadline: float) -> CycleParts:
-        """Observe one slice and store it as a buffered chunk. Idempotent per (record, message range)."""
+    def run_buffer_job(self, job: Job, deadline: float, *, announce: bool = True) -> CycleParts:
+        """Observe one slice and store it as a buffered chunk. Idempotent per (record, message range).
+
+        `announce`: keep the job's end or failed part on the record for the client's next step (a worker's job); a
+        client that asked for it (`POST …/memory/buffer`) gets them in its answer instead.
+        """
         rt = self.rt
         parts = CycleParts()
         thread = rt.store.get_thread(job.resource_id, job.thread_id)
@@ -269,7 +291,7 @@ class ObservationBuffering:
         previous = '\n\n'.join(
             t for t in (record.active_observations.strip(), *(c.observations.strip() for c in chunks)) if t
         )
-        result = self.pipeline.buffer_slice(record, backlog, deadline, cycle_id=cycle_id, previous=previous)
+        result, usage = self.pipeline.buffer_slice(record, backlog, deadline, cycle_id=cycle_id, previous=previous)
         if isinstance(result, ThreadFailure):
             failed = BufferingFailed(
                 cycle_id=cycle_id,
@@ -281,8 +303,9 @@ class ObservationBuffering:
                 record_id=record.id,
                 thread_id=thread_id,
                 reason=result.reason,
+                usage=usage,
             )
-            finish_background(rt, record, 'buffering_observation', cycle_id, failed)
+            finish_background(rt, record, 'buffering_observation', cycle_id, failed if announce else None)
             parts.add(failed)
             return parts
         if result is None:
@@ -315,19 +338,20 @@ class ObservationBuffering:
             hint = current.buffering_observation
             if hint is not None and hint.owner == cycle_id:
                 hint = None
+            kept = (
+                buf.keep_background_part(current.background_parts, ended(current.id).to_json())
+                if announce
+                else current.background_parts
+            )
             return current.model_copy(
-                update={
-                    'buffered_chunks': (*live, chunk),
-                    'buffering_observation': hint,
-                    'background_parts': buf.keep_background_part(current.background_parts, ended(current.id).to_json()),
-                }
+                update={'buffered_chunks': (*live, chunk), 'buffering_observation': hint, 'background_parts': kept}
             )
 
         committed = rt.writer.commit(record, append)
         if committed is None:
             finish_background(rt, record, 'buffering_observation', cycle_id, None)
             return parts
-        parts.add(with_observations(ended(committed.id), chunk.observations))
+        parts.add(replace(with_observations(ended(committed.id), chunk.observations), usage=usage))
         return parts
 
     def activate_everything(self, record: OMRecord, thread: Thread, parts: CycleParts) -> OMRecord:

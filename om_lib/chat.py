@@ -65,6 +65,7 @@ from om_lib.llm import (
     ModelResponse,
 )
 from om_lib.messages import FilePart, ImagePart, Message, TextPart, ToolCallPart, ToolResultPart, time_of
+from om_lib.model_spec import model_refs
 from om_lib.parts import ActorFailed, CycleParts, OMPart, ReplyUnsaved
 from om_lib.recall import RecallRequest, recall
 from om_lib.records import record_key
@@ -328,7 +329,14 @@ class ChatService:
         hear.start()  # the listener may answer now: the reply's id is known and nothing left can refuse the message
         parts = CycleParts(sink=hear.part if hear.listening else None)
         step = self.conversation.step(
-            resource_id, thread_id, [message], step_number=step_number, read_only=read_only, parts=parts
+            resource_id,
+            thread_id,
+            [message],
+            step_number=step_number,
+            read_only=read_only,
+            parts=parts,
+            # The Actor this turn calls (its first model): its provider decides `"auto"` idle times.
+            actor_model=model_refs(engine.settings.actor_model)[0].name,
         )
         # The stored message (a retry keeps the time it was first sent with) says when this turn happens.
         clock.said_at(time_of(next((m for m in step.messages if m.id == message.id), message)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,9 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from om_lib.errors import ConfigError
+from om_lib.idle import IdleActivation, IdleTTL, IdleTTLMap, duration_seconds
 from om_lib.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelSpec, model_refs
+from om_lib.temporal import DEFAULT_MIN_GAP_S
 from om_lib.thresholds import (
     ThresholdRange,
     calculate_dynamic_threshold,
@@ -45,6 +48,7 @@ __all__ = [
     'DEFAULT_MODEL',
     'DOCS_MODELS_URL',
     'KNOWN_PROVIDERS',
+    'ActivationTTLMapConfig',
     'GenerateTitleConfig',
     'MessageRange',
     'ModelFallbackEntry',
@@ -62,6 +66,7 @@ __all__ = [
     'RetrievalSettings',
     'SemanticRecallConfig',
     'SemanticRecallSettings',
+    'TemporalMarkersConfig',
     'ThresholdRange',
     'TitleGenerationSettings',
     'WorkingMemoryConfig',
@@ -131,6 +136,45 @@ Count = Annotated[int, BeforeValidator(_number)]
 # `int | float | bool` (ints stay ints in snapshots), not `Literal[False] | float`: the literal would also take
 # 0 (0 == False) and turn it into false. The before-validator has already refused `true`, so bool only holds False.
 NumberOrFalse = Annotated[int | float | bool, BeforeValidator(_number_or_false)]
+
+
+def _check_idle_scalar(value: Any, where: str) -> Any:
+    """An idle time as written: seconds (a number), a duration string (`"5m"`), `"auto"` or false (not true)."""
+    if value is None or value is False or value == 'auto':
+        return value
+    if value is True or not isinstance(value, int | float | str):
+        raise ValueError(
+            f'{where} must be a number of seconds, a duration like "5m" or "1h", "auto" or false, got {value!r}'
+        )
+    try:
+        duration_seconds(value)
+    except ValueError as exc:
+        raise ValueError(f'{where}: {exc}') from exc
+    return value
+
+
+_MEDIA_TYPE_TOKEN = r'[a-z0-9!#$&^_.+-]+'
+_MEDIA_PATTERN = re.compile(rf'\*|{_MEDIA_TYPE_TOKEN}/(\*|{_MEDIA_TYPE_TOKEN})')
+
+
+def _check_observe_attachments(value: Any) -> Any:
+    """`true`, `false`, `"auto"` or a list of media types (`image/png`, `image/*`, `*`), matched case-insensitively."""
+    if isinstance(value, bool) or value == 'auto':
+        return value
+    if not isinstance(value, list | tuple):
+        raise ValueError(
+            'observation.observeAttachments must be true, false, "auto" or a list of media types such as '
+            f'["image/png", "image/*"], got {value!r}'
+        )
+    patterns = []
+    for item in value:
+        if not isinstance(item, str) or not _MEDIA_PATTERN.fullmatch(item.strip().lower()):
+            raise ValueError(
+                f'observation.observeAttachments: {item!r} is not a media type pattern; write "type/subtype" '
+                '("application/pdf"), "type/*" ("image/*") or "*"'
+            )
+        patterns.append(item.strip().lower())
+    return patterns
 
 
 def _check_model_name(value: Any) -> str:
@@ -296,6 +340,72 @@ class ObservationArchiveConfig(_Doc):
     )
 
 
+class TemporalMarkersConfig(_Doc):
+    """`temporalMarkers` as an object: the smallest gap between two messages that gets a marker."""
+
+    min_gap: Number | str = Field(
+        default=600,
+        description='Seconds, or a duration like "30m" or "2h" (default 10 minutes).',
+    )
+
+    @field_validator('min_gap', mode='before')
+    @classmethod
+    def _gap(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise ValueError(f'temporalMarkers.minGap must be seconds or a duration like "30m", got {value!r}')
+        try:
+            duration_seconds(value)
+        except ValueError as exc:
+            raise ValueError(f'temporalMarkers.minGap: {exc}') from exc
+        return value
+
+
+class ActivationTTLMapConfig(_Doc):
+    """`activateAfterIdle` per provider: `{"default": "auto", "providers": {"anthropic": "1h", "openai": false}}`."""
+
+    default: int | float | str | bool | None = Field(
+        default=None, description='For providers not listed (unset: no idle activation for them).'
+    )
+    providers: dict[str, int | float | str | bool] = Field(
+        default_factory=dict, description='By provider (before its first "."), case-insensitive; false: never.'
+    )
+
+    @field_validator('default', mode='before')
+    @classmethod
+    def _default(cls, value: Any) -> Any:
+        return _check_idle_scalar(value, 'activateAfterIdle.default')
+
+    @field_validator('providers', mode='before')
+    @classmethod
+    def _providers(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise ValueError(f'activateAfterIdle.providers must be an object of provider: idle time, got {value!r}')
+        out: dict[str, Any] = {}
+        for name, ttl in value.items():
+            if not isinstance(name, str) or not name.strip():
+                raise ValueError(f'activateAfterIdle.providers: {name!r} is not a provider name')
+            if ttl is None:
+                raise ValueError(f'activateAfterIdle.providers.{name} needs an idle time, "auto" or false')
+            out[name.strip().lower()] = _check_idle_scalar(ttl, f'activateAfterIdle.providers.{name}')
+        return out
+
+
+def _idle_setting(value: Any, where: str) -> Any:
+    if isinstance(value, Mapping):
+        return ActivationTTLMapConfig.model_validate(value)
+    if isinstance(value, ActivationTTLMapConfig):
+        return value
+    return _check_idle_scalar(value, where)
+
+
+def _temporal_markers(value: Any) -> Any:
+    if value is None or isinstance(value, bool | TemporalMarkersConfig):
+        return value
+    if isinstance(value, Mapping):
+        return TemporalMarkersConfig.model_validate(value)
+    raise ValueError(f'temporalMarkers must be true, false or {{"minGap": "30m"}}, got {value!r}')
+
+
 class ObservationConfig(_Doc):
     """`observation`: when the Observer runs and how (spec §3.1)."""
 
@@ -326,6 +436,36 @@ class ObservationConfig(_Doc):
         default_factory=ObservationArchiveConfig,
         description='The bound past which the oldest observation groups are archived (no model call).',
     )
+    observe_attachments: bool | Literal['auto'] | list[str] = Field(
+        default=True,
+        description='Which attachments the Observer is sent: true, false, "auto" or media types ("image/*").',
+    )
+    temporal_markers: bool | TemporalMarkersConfig | None = Field(
+        default=None, description='Same as the top-level temporalMarkers (set it in one place only).'
+    )
+    activate_after_idle: int | float | str | bool | ActivationTTLMapConfig | None = Field(
+        default=None,
+        description='Activate buffered observations after this idle time (overrides the top-level setting).',
+    )
+    activate_on_provider_change: bool | None = Field(
+        default=None,
+        description="Activate buffered observations when the Actor's model changes (overrides the top level).",
+    )
+
+    @field_validator('observe_attachments', mode='before')
+    @classmethod
+    def _attachments(cls, value: Any) -> Any:
+        return _check_observe_attachments(value)
+
+    @field_validator('temporal_markers', mode='before')
+    @classmethod
+    def _temporal(cls, value: Any) -> Any:
+        return _temporal_markers(value)
+
+    @field_validator('activate_after_idle', mode='before')
+    @classmethod
+    def _idle(cls, value: Any) -> Any:
+        return _idle_setting(value, 'observation.activateAfterIdle')
 
 
 class ReflectionConfig(_Doc):
@@ -343,6 +483,19 @@ class ReflectionConfig(_Doc):
     block_after: Number | None = Field(
         default=None, description='Forced reflection point: a multiplier of observationTokens or tokens.'
     )
+    activate_after_idle: int | float | str | bool | ActivationTTLMapConfig | None = Field(
+        default=None,
+        description='Activate a buffered reflection after this idle time (not inherited from the top level).',
+    )
+    activate_on_provider_change: bool | None = Field(
+        default=None,
+        description="Activate a buffered reflection when the Actor's model changes (not inherited).",
+    )
+
+    @field_validator('activate_after_idle', mode='before')
+    @classmethod
+    def _idle(cls, value: Any) -> Any:
+        return _idle_setting(value, 'reflection.activateAfterIdle')
 
 
 class RetrievalConfig(_Doc):
@@ -542,6 +695,10 @@ class ResolvedOMConfig:
         title_generation: Title generation settings, None when off.
         last_messages: How many recent messages a step includes when observational memory is off (0: none).
         archive: The archive bound (`observation.archive`, with its defaults applied).
+        temporal_gap_s: The smallest gap between messages that gets a temporal marker, None when markers are off.
+        observation_idle: When buffered observations activate below the threshold (idle time, model change).
+        reflection_idle: When a buffered reflection activates below the threshold (opt-in, not inherited).
+        observe_attachments: Which attachments the Observer is sent: all (True), none (False) or media-type patterns.
     """
 
     enabled: bool
@@ -581,6 +738,10 @@ class ResolvedOMConfig:
         keep_tokens=math.floor(DEFAULT_OBSERVATION_TOKENS * DEFAULT_ARCHIVE_KEEP),
         max_catalog_tokens=DEFAULT_ARCHIVE_MAX_CATALOG_TOKENS,
     )
+    temporal_gap_s: float | None = None
+    observation_idle: IdleActivation = IdleActivation()
+    reflection_idle: IdleActivation = IdleActivation()
+    observe_attachments: bool | tuple[str, ...] = True
 
     def models_by_role(self) -> dict[ModelRole, tuple[ModelRef, ...]]:
         """Every model each role may call (each size tier and fallback entry); roles that are off are left out.
@@ -646,6 +807,17 @@ class OMConfig(_Doc):
         default=DEFAULT_LAST_MESSAGES,
         description='Recent messages a step includes when observational memory is off; false: none.',
     )
+    temporal_markers: bool | TemporalMarkersConfig | None = Field(
+        default=None,
+        description='Tell the Actor and the Observer when time passed between messages: true, false or {minGap}.',
+    )
+    activate_after_idle: int | float | str | bool | ActivationTTLMapConfig | None = Field(
+        default=None,
+        description='Activate buffered observations after this idle time: seconds, "5m", "auto", or per provider.',
+    )
+    activate_on_provider_change: bool | None = Field(
+        default=None, description="Activate buffered observations when the Actor's model changes."
+    )
 
     _resolved: ResolvedOMConfig = PrivateAttr()
 
@@ -687,6 +859,16 @@ class OMConfig(_Doc):
         if not isinstance(value, bool | GenerateTitleConfig):
             raise ValueError(f'generateTitle must be true, false or {{model, instructions}}, got {value!r}')
         return value
+
+    @field_validator('temporal_markers', mode='before')
+    @classmethod
+    def _temporal(cls, value: Any) -> Any:
+        return _temporal_markers(value)
+
+    @field_validator('activate_after_idle', mode='before')
+    @classmethod
+    def _idle(cls, value: Any) -> Any:
+        return _idle_setting(value, 'activateAfterIdle')
 
     @field_validator('last_messages', mode='before')
     @classmethod
@@ -890,6 +1072,16 @@ def _resolve(config: OMConfig) -> ResolvedOMConfig:
             )
 
     archive = _resolve_archive(observation.archive, observation_tokens)
+    temporal_gap_s = _resolve_temporal_markers(config)
+    observation_idle, reflection_idle = _resolve_idle_activation(
+        config,
+        observation_buffering=buffer_tokens is not None and buffer_tokens > 0,
+        reflection_buffering=reflection_buffer_activation is not None and reflection_buffer_activation > 0,
+    )
+    attachments = observation.observe_attachments
+    observe_attachments: bool | tuple[str, ...] = (
+        True if attachments == 'auto' else attachments if isinstance(attachments, bool) else tuple(attachments)
+    )
 
     observer_settings, reflector_settings = observation.model_settings, reflection.model_settings
     actor_model = parse_model_spec(config.actor_model)
@@ -941,7 +1133,79 @@ def _resolve(config: OMConfig) -> ResolvedOMConfig:
         title_generation=_resolve_title_generation(config.generate_title, actor_model),
         last_messages=0 if config.last_messages is False else config.last_messages,
         archive=archive,
+        temporal_gap_s=temporal_gap_s,
+        observation_idle=observation_idle,
+        reflection_idle=reflection_idle,
+        observe_attachments=observe_attachments,
     )
+
+
+def _resolve_temporal_markers(config: OMConfig) -> float | None:
+    """The smallest gap that gets a marker (seconds), None when off. Written at the top level (the reference's place)
+    or under `observation`, never both."""
+    top, nested = config.temporal_markers, config.observation.temporal_markers
+    if top is not None and nested is not None:
+        raise ValueError(
+            'temporalMarkers is set twice, at the top level and as observation.temporalMarkers: set it in one place '
+            '(either is accepted)'
+        )
+    setting = top if top is not None else nested
+    if setting is None or setting is False:
+        return None
+    if setting is True:
+        return DEFAULT_MIN_GAP_S
+    return duration_seconds(setting.min_gap)
+
+
+def _idle_ttl(value: int | float | str | bool | ActivationTTLMapConfig | None) -> IdleTTL | IdleTTLMap | None:
+    """An idle setting as written, resolved to seconds, "auto", a per-provider map, or None (off)."""
+    if value is None or value is False:
+        return None
+    if isinstance(value, ActivationTTLMapConfig):
+        default = _idle_ttl(value.default)
+        if isinstance(default, IdleTTLMap):  # pragma: no cover - the map's default is a scalar by validation
+            default = None
+        providers: dict[str, IdleTTL | Literal[False]] = {}
+        for name, ttl in value.providers.items():
+            resolved = _idle_ttl(ttl)
+            providers[name] = False if resolved is None or isinstance(resolved, IdleTTLMap) else resolved
+        return IdleTTLMap(default=default, providers=providers)
+    if value == 'auto':
+        return 'auto'
+    assert not isinstance(value, bool)
+    return duration_seconds(value)
+
+
+def _resolve_idle_activation(
+    config: OMConfig, *, observation_buffering: bool, reflection_buffering: bool
+) -> tuple[IdleActivation, IdleActivation]:
+    """Observation's idle activation (its own setting, else the top level's, as in the reference) and reflection's
+    (its own only: reflections do not inherit). Set where nothing is buffered, it could never act: refused."""
+    observation, reflection = config.observation, config.reflection
+    after = (
+        observation.activate_after_idle if observation.activate_after_idle is not None else config.activate_after_idle
+    )
+    on_change = (
+        observation.activate_on_provider_change
+        if observation.activate_on_provider_change is not None
+        else config.activate_on_provider_change
+    )
+    observation_idle = IdleActivation(after_idle=_idle_ttl(after), on_provider_change=bool(on_change))
+    reflection_idle = IdleActivation(
+        after_idle=_idle_ttl(reflection.activate_after_idle),
+        on_provider_change=bool(reflection.activate_on_provider_change),
+    )
+    if observation_idle.enabled and not observation_buffering:
+        raise ValueError(
+            'activateAfterIdle / activateOnProviderChange activate buffered observations, and this configuration '
+            "buffers none (observation.bufferTokens: false, or scope: 'resource'): remove them, or turn buffering on"
+        )
+    if reflection_idle.enabled and not reflection_buffering:
+        raise ValueError(
+            'reflection.activateAfterIdle / reflection.activateOnProviderChange activate a buffered reflection, and '
+            'this configuration buffers none (reflection.bufferActivation unset or async buffering off): remove them'
+        )
+    return observation_idle, reflection_idle
 
 
 def _resolve_archive(archive: ObservationArchiveConfig, observation_tokens: int) -> ArchiveSettings:

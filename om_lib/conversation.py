@@ -77,13 +77,17 @@ class Conversation:
         step_number: int = 0,
         read_only: bool = False,
         parts: CycleParts | None = None,
+        actor_model: str | None = None,
     ) -> AgentStep:
         """Save the step's input, update memory when due, and return the Actor's context.
 
         `read_only`: working memory is shown, but the Actor gets no tool to change it (this request only).
         `parts`: the collector to report into (with its live sink, if any); a new one by default.
+        `actor_model`: the model the Actor runs (`provider/model`), when the caller says (om_lib/idle.py).
         """
-        step = self.engine.prepare_step(resource_id, thread_id, messages, step_number=step_number, parts=parts)
+        step = self.engine.prepare_step(
+            resource_id, thread_id, messages, step_number=step_number, parts=parts, actor_model=actor_model
+        )
         system = step.system
         parts = step.parts
         recalled = self._semantic_recall(resource_id, thread_id, messages, step.messages, parts)

@@ -154,9 +154,12 @@ class MemoryEngine:
         *,
         step_number: int = 0,
         parts: CycleParts | None = None,
+        actor_model: str | None = None,
     ) -> StepResult:
         """Save the step's new input, update memory when due, and return the Actor's context (om_lib/step.py)."""
-        return self.steps.prepare(resource_id, thread_id, new_messages, step_number=step_number, parts=parts)
+        return self.steps.prepare(
+            resource_id, thread_id, new_messages, step_number=step_number, parts=parts, actor_model=actor_model
+        )
 
     def complete_turn(
         self, resource_id: str, thread_id: str, outputs: Sequence[Message], *, parts: CycleParts | None = None
@@ -166,10 +169,30 @@ class MemoryEngine:
 
     # -- background --------------------------------------------------------------------------------------------------
     def observe_now(
-        self, resource_id: str, thread_id: str, *, deadline: float | None = None, reflect: bool = True
+        self,
+        resource_id: str,
+        thread_id: str,
+        *,
+        deadline: float | None = None,
+        reflect: bool = True,
+        wait: bool = False,
     ) -> tuple[OMRecord, CycleParts]:
         """Observe every unobserved message now, below the threshold too (om_lib/jobs.py)."""
-        return self.jobs.observe_now(resource_id, thread_id, deadline=deadline, reflect=reflect)
+        return self.jobs.observe_now(resource_id, thread_id, deadline=deadline, reflect=reflect, wait=wait)
+
+    def observe_imported(
+        self, resource_id: str, thread_id: str, messages: Sequence[Message]
+    ) -> tuple[OMRecord, CycleParts]:
+        """Observe messages imported from elsewhere without storing them (om_lib/jobs.py)."""
+        return self.jobs.observe_imported(resource_id, thread_id, messages)
+
+    def reflect_asked(self, resource_id: str, thread_id: str) -> tuple[OMRecord | None, CycleParts]:
+        """Reflect now, below the threshold too (om_lib/jobs.py)."""
+        return self.jobs.reflect_asked(resource_id, thread_id)
+
+    def buffer_asked(self, resource_id: str, thread_id: str) -> tuple[OMRecord, CycleParts]:
+        """Buffer the unbuffered messages now (om_lib/jobs.py)."""
+        return self.jobs.buffer_asked(resource_id, thread_id)
 
     def run_job(self, job: Job, *, deadline: float | None = None) -> CycleParts:
         """Do one background job (the worker's entry point; om_lib/jobs.py)."""
@@ -180,25 +203,27 @@ class MemoryEngine:
         return self.jobs.sweep(quiet_for=quiet_for, limit=limit)
 
     # -- the reflection workflow's tasks (om_lib/reflection.py); the client hears of a run on its next step ---------
-    def workflow_check(self, job: Job, owner: str) -> dict[str, Any]:
-        """Is reflection due? If so take the run's lease for `owner`."""
-        return self.reflection.check(job, owner)
+    def workflow_check(self, job: Job, owner: str, parts: CycleParts | None = None) -> dict[str, Any]:
+        """Is reflection due? If so take the run's lease for `owner`. Each task reports the parts it made in `parts`."""
+        return self.reflection.check(job, owner, parts)
 
-    def workflow_reflect(self, job: Job, owner: str, *, deadline: float | None = None) -> dict[str, Any]:
+    def workflow_reflect(
+        self, job: Job, owner: str, parts: CycleParts | None = None, *, deadline: float | None = None
+    ) -> dict[str, Any]:
         """Draft the reflection and stage it on the record."""
-        return self.reflection.stage(job, owner, deadline=deadline)
+        return self.reflection.stage(job, owner, deadline=deadline, parts=parts)
 
-    def workflow_validate(self, job: Job, owner: str) -> dict[str, Any]:
+    def workflow_validate(self, job: Job, owner: str, parts: CycleParts | None = None) -> dict[str, Any]:
         """Refuse a staged reflection that is empty or not smaller."""
         return self.reflection.validate(job, owner)
 
-    def workflow_commit(self, job: Job, owner: str) -> dict[str, Any]:
+    def workflow_commit(self, job: Job, owner: str, parts: CycleParts | None = None) -> dict[str, Any]:
         """Make the staged reflection the new generation."""
-        return self.reflection.commit_staged(job, owner)
+        return self.reflection.commit_staged(job, owner, parts)
 
-    def workflow_release(self, job: Job, owner: str) -> dict[str, Any]:
+    def workflow_release(self, job: Job, owner: str, parts: CycleParts | None = None) -> dict[str, Any]:
         """The failure path: drop what was staged and the lease."""
-        return self.reflection.release(job, owner)
+        return self.reflection.release(job, owner, parts)
 
     # -- reading -------------------------------------------------------------------------------------------------------
     def memory_view(self, resource_id: str, thread_id: str) -> dict[str, Any]:

@@ -210,3 +210,15 @@ class RetrievalDisabledError(InvalidInputError):
     """The recall tool was asked for while retrieval mode is off."""
 
     code = 'retrieval_disabled'
+
+
+class BufferingDisabledError(InvalidInputError):
+    """Buffering was asked for where nothing is buffered (thread scope with `bufferTokens` and a work queue only)."""
+
+    code = 'buffering_disabled'
+
+
+class ImportTooLargeError(InvalidInputError):
+    """Imported messages that one Observer call cannot hold; nothing was observed. Send them in smaller parts."""
+
+    code = 'too_large'

@@ -253,6 +253,7 @@ _NO_STAGED_REFLECTION: dict[str, Any] = {
     'buffered_reflection_tokens': None,
     'buffered_reflection_input_tokens': None,
     'buffered_reflection_cycle_id': None,
+    'buffered_reflection_usage': None,
     'reflected_line_count': None,
 }
 

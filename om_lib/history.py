@@ -336,12 +336,14 @@ def _carried_observations(
     """The clone's groups and cursor when the source's observations can be carried over whole, else None."""
     if record is None or not record.active_observations.strip() or not chosen:
         return None
-    groups = [g for g in record.groups if g.thread_id == thread_id]
-    if not groups or len(groups) != len(record.groups):
+    # Imported history's groups name no message of the thread: they go with the log as they are.
+    imports = [g.model_copy(update={'thread_id': clone_id}) for g in record.groups if g.kind == 'import']
+    groups = [g for g in record.groups if g.thread_id == thread_id and g.kind != 'import']
+    if not groups or len(groups) + len(imports) != len(record.groups):
         return None
     copied = {m.seq for m in chosen}
     clone_of = {src.seq: copy for src, copy in zip(chosen, stored, strict=True)}
-    out: list[ObservationGroup] = []
+    out: list[ObservationGroup] = list(imports)
     cursor = 0
     for group in sorted(groups, key=lambda g: g.start_seq):
         covered = [m.seq for m in source_messages if group.start_seq <= (m.seq or 0) <= group.end_seq]

@@ -98,6 +98,69 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class CallUsage:
+    """What the model calls behind one outcome cost: the model that answered (the last one, when a fallback took over),
+    how many calls, and the tokens the provider reported for them (lifecycle events carry it)."""
+
+    model: str
+    usage: Usage = field(default_factory=Usage)
+    calls: int = 1
+
+    @classmethod
+    def of(cls, response: ModelResponse) -> CallUsage:
+        """The usage of one answer."""
+        return cls(model=response.model, usage=response.usage, calls=1)
+
+    def __add__(self, other: CallUsage) -> CallUsage:
+        return CallUsage(
+            model=other.model or self.model, usage=self.usage + other.usage, calls=self.calls + other.calls
+        )
+
+    def share(self, part: int, whole: int) -> CallUsage:
+        """This usage split in proportion `part / whole` (one call observed several conversations)."""
+        if whole <= 0 or part >= whole:
+            return self
+        ratio = part / whole
+        u = self.usage
+        return CallUsage(
+            model=self.model,
+            usage=Usage(
+                round(u.input_tokens * ratio),
+                round(u.output_tokens * ratio),
+                round(u.cache_read_tokens * ratio),
+                round(u.cache_write_tokens * ratio),
+            ),
+            calls=self.calls,
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        """`{model, calls, inputTokens, outputTokens, totalTokens}` (cache figures when the provider reported some)."""
+        u = self.usage
+        out: dict[str, Any] = {
+            'model': self.model,
+            'calls': self.calls,
+            'inputTokens': u.input_tokens,
+            'outputTokens': u.output_tokens,
+            'totalTokens': u.input_tokens + u.output_tokens,
+        }
+        if u.cache_read_tokens:
+            out['cacheReadTokens'] = u.cache_read_tokens
+        if u.cache_write_tokens:
+            out['cacheWriteTokens'] = u.cache_write_tokens
+        return out
+
+
+def total_usage(usages: list[CallUsage]) -> CallUsage | None:
+    """The sum of several calls' usage (None when there was no call)."""
+    if not usages:
+        return None
+    out = usages[0]
+    for more in usages[1:]:
+        out = out + more
+    return out
+
+
+@dataclass(frozen=True)
 class ModelResponse:
     """A usable model answer: text and/or function calls."""
 

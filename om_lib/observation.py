@@ -37,7 +37,7 @@ from om_lib.errors import (
     ModelUnavailableError,
     VersionConflictError,
 )
-from om_lib.llm import Content, InlineBlob, ModelRequest
+from om_lib.llm import CallUsage, Content, InlineBlob, ModelRequest, total_usage
 from om_lib.log_check import answer_notes
 from om_lib.messages import Message, time_of
 from om_lib.parts import CycleParts, FailureReason, ObservationEnd, ThreadUpdate
@@ -60,11 +60,17 @@ MAX_PARALLEL_BATCHES = 4
 # ---------------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Backlog:
-    """One thread's unobserved messages (after its cursor), in arrival order."""
+    """One thread's unobserved messages (after its cursor), in arrival order.
+
+    `import_id` marks messages imported from elsewhere (`POST /threads/{id}/memory/observe`): they are not stored in
+    the thread, so their observations move no cursor; they are recorded as one `import` group of that id, which
+    makes the same import a no-op the second time.
+    """
 
     thread_id: str
     messages: tuple[Message, ...]
     tokens: int
+    import_id: str | None = None
 
     @property
     def first_seq(self) -> int:
@@ -83,7 +89,7 @@ class Backlog:
 
     def after(self, cursor: int, rt: Runtime) -> Backlog | None:
         """The part after `cursor` (None when nothing is left)."""
-        if not self.messages or self.first_seq > cursor:
+        if not self.messages or self.first_seq > cursor or self.import_id is not None:
             return self
         rest = tuple(m for m in self.messages if (m.seq or 0) > cursor)
         return Backlog(self.thread_id, rest, rt.counter.count_messages(rest)) if rest else None
@@ -97,19 +103,33 @@ def backlog_of(thread_id: str, messages: Sequence[Message], rt: Runtime) -> Back
 
 @dataclass(frozen=True)
 class ThreadObservation:
-    """What the Observer wrote for one backlog, checked to cover it."""
+    """What the Observer wrote for one backlog, checked to cover it, and what its calls cost."""
 
     backlog: Backlog
     parsed: obs.ParsedObservations
+    usage: CallUsage | None = None
 
 
 @dataclass(frozen=True)
 class ThreadFailure:
-    """A backlog the Observer did not cover, and why (it stays unobserved)."""
+    """A backlog the Observer did not cover, and why (it stays unobserved); `usage`: calls that answered uselessly."""
 
     backlog: Backlog
     error: Exception
     reason: FailureReason
+    usage: CallUsage | None = None
+
+
+def imported(backlog: Backlog, record: OMRecord) -> bool:
+    """Has this import been observed into `record` already (its group is there)?"""
+    return backlog.import_id is not None and any(g.id == backlog.import_id for g in record.groups)
+
+
+def still_needed(backlog: Backlog, record: OMRecord) -> bool:
+    """Does `record` still lack what `backlog` would add (messages past the cursor, or an import not yet made)?"""
+    if backlog.import_id is not None:
+        return not imported(backlog, record)
+    return record.cursor(backlog.thread_id) < backlog.last_seq
 
 
 @dataclass
@@ -158,7 +178,8 @@ class ThreadStrategy:
         """Append after a message boundary, wrapped in an observation group when retrieval is on."""
         block = ctx.strip_group_tags(observation.parsed.observations).strip()
         backlog = observation.backlog
-        if self.rt.settings.retrieval is not None:
+        # Imported messages are not stored, so there is nothing for recall to page back: no group markup.
+        if self.rt.settings.retrieval is not None and backlog.import_id is None:
             block = ctx.wrap_in_observation_group(
                 block,
                 ctx.group_range(backlog.first_seq, backlog.last_seq),
@@ -202,6 +223,8 @@ class ResourceStrategy:
     def after_commit(self, record: OMRecord, observed: Sequence[ThreadObservation]) -> None:
         """Observed threads leave the resource's pending index (unless newer messages arrived meanwhile)."""
         for item in observed:
+            if item.backlog.import_id is not None:
+                continue  # imported messages are not the thread's pending ones
             self.rt.store.clear_pending(
                 record.resource_id, item.backlog.thread_id, observed_through=item.backlog.last_seq
             )
@@ -244,23 +267,31 @@ class ObserverCall:
         if not isinstance(self.strategy, ResourceStrategy):
             return self._single(record, batch[0], deadline, previous)
         outcome = ObserverOutcome()
+        usages: list[CallUsage] = []
         try:
-            covered = self._multi(record, batch, deadline, previous)
+            covered = self._multi(record, batch, deadline, previous, usages)
         except (ModelError, DeadlineExceededError) as exc:
             logger.warning('observation batch failed', extra={'threads': len(batch), 'error': str(exc)})
-            outcome.failed.extend(ThreadFailure(b, exc, _reason(exc)) for b in batch)
+            spent, whole = total_usage(usages), sum(b.tokens for b in batch)
+            outcome.failed.extend(
+                ThreadFailure(b, exc, _reason(exc), spent.share(b.tokens, whole) if spent else None) for b in batch
+            )
             return outcome
+        spent = total_usage(usages)
+        whole = sum(b.tokens for b in batch)
         for backlog in batch:
             parsed = covered.get(backlog.thread_id)
+            # One call observed the batch: its usage is split by each conversation's share of the input.
+            share = spent.share(backlog.tokens, whole) if spent is not None else None
             if parsed is not None:
-                outcome.observed.append(ThreadObservation(backlog, parsed))
+                outcome.observed.append(ThreadObservation(backlog, parsed, share))
             elif len(batch) > 1:
                 # The answer left this thread out: ask about it alone (a single-thread batch needs no sections).
                 logger.info('observer answer did not cover a thread; observing it alone')
                 outcome.merge(self._run_batch(record, [backlog], deadline, previous))
             else:
                 error = ModelOutputError('the Observer wrote no observations for this conversation')
-                outcome.failed.append(ThreadFailure(backlog, error, 'invalid_output'))
+                outcome.failed.append(ThreadFailure(backlog, error, 'invalid_output', share))
         return outcome
 
     # -- one thread ------------------------------------------------------------------------------------------------
@@ -269,7 +300,10 @@ class ObserverCall:
         thread = self.rt.store.get_thread(record.resource_id, backlog.thread_id)
         context_text, truncated = self._context(record, previous)
         transcript = obs.format_messages_for_observer(
-            list(backlog.messages), timezone=record.observed_timezone, count=self.rt.counter.count_string
+            list(backlog.messages),
+            timezone=record.observed_timezone,
+            count=self.rt.counter.count_string,
+            temporal_gap_s=s.temporal_gap_s,
         )
         prompt = obs.build_observer_request(
             transcript=transcript,
@@ -290,6 +324,7 @@ class ObserverCall:
             source_messages=backlog.messages,
             source_observations=context_text,
         )
+        usages: list[CallUsage] = []
         try:
             # An unusable answer (empty, a loop, a refusal, prose) gets one fresh sample, then counts as a failed call
             # (spec §13.6): it never becomes memory.
@@ -298,21 +333,23 @@ class ObserverCall:
                 response = self.rt.router.generate(
                     s.observer_model, request, input_tokens=backlog.tokens, deadline=deadline
                 )
+                usages.append(CallUsage.of(response))
                 parsed = obs.parse_observer_output(response.text)
                 if not obs.is_unusable_observer_output(parsed):
-                    return ObserverOutcome(observed=[ThreadObservation(backlog, parsed)])
+                    return ObserverOutcome(observed=[ThreadObservation(backlog, parsed, total_usage(usages))])
                 problem = obs.observer_output_problem(parsed) or 'the answer has neither tags nor observation lines'
                 logger.warning('observer output unusable', extra={'attempt': attempt + 1, 'problem': problem})
             raise ModelOutputError(f'the Observer answered twice without usable observations: {problem}')
         except (ModelError, DeadlineExceededError) as exc:
             logger.warning('observation failed', extra={'thread_id': backlog.thread_id, 'error': str(exc)})
-            return ObserverOutcome(failed=[ThreadFailure(backlog, exc, _reason(exc))])
+            return ObserverOutcome(failed=[ThreadFailure(backlog, exc, _reason(exc), total_usage(usages))])
 
     # -- several threads (resource scope) ------------------------------------------------------------------------
     def _multi(
-        self, record: OMRecord, batch: list[Backlog], deadline: float, previous: str | None
+        self, record: OMRecord, batch: list[Backlog], deadline: float, previous: str | None, usages: list[CallUsage]
     ) -> dict[str, obs.ParsedObservations]:
-        """The batch's answer per real thread id, for the threads it covers (a section each). Raises ModelError."""
+        """The batch's answer per real thread id, for the threads it covers (a section each). Raises ModelError.
+        Each answer's usage is added to `usages` (also when the batch then fails)."""
         s = self.rt.settings
         assert isinstance(self.strategy, ResourceStrategy)
         codec = self.strategy.codec(record.resource_id)
@@ -327,6 +364,7 @@ class ObserverCall:
                 count=self.rt.counter.count_string,
                 first_image_index=image_index,
                 first_file_index=file_index,
+                temporal_gap_s=s.temporal_gap_s,
             )
             image_index += sum(1 for a in transcript.attachments if a.kind == 'image')
             file_index += sum(1 for a in transcript.attachments if a.kind == 'file')
@@ -357,6 +395,7 @@ class ObserverCall:
             response = self.rt.router.generate(
                 s.observer_model, request, input_tokens=sum(b.tokens for b in batch), deadline=deadline
             )
+            usages.append(CallUsage.of(response))
             parsed = obs.parse_multi_thread_observer_output(response.text, shown_ids)
             if len(batch) == 1 and not parsed[shown_ids[0]].covered and not parsed[shown_ids[0]].degenerate:
                 # One conversation in, so an answer without sections can only be about it.
@@ -386,9 +425,10 @@ class ObserverCall:
         """Image bytes the Observer can see: inline data, or stored `s3://` images read back, within a size cap."""
         blobs: list[InlineBlob] = []
         budget = MAX_INLINE_ATTACHMENT_BYTES
+        allowed = self.rt.settings.observe_attachments
         for ref in transcript.attachments:
-            if ref.kind != 'image':
-                continue
+            if ref.kind != 'image' or not attachment_observed(ref.media_type, allowed):
+                continue  # the placeholder alone tells the Observer an attachment was there
             data: bytes | None = None
             if ref.data:
                 try:
@@ -402,6 +442,22 @@ class ObserverCall:
             budget -= len(data)
             blobs.append(InlineBlob(mime_type=ref.media_type or 'image/png', data=data))
         return blobs
+
+
+def attachment_observed(media_type: str | None, allowed: bool | tuple[str, ...]) -> bool:
+    """Is an attachment of `media_type` sent to the Observer (`observation.observeAttachments`)?
+
+    Patterns match case-insensitively: exact (`application/pdf`), a whole type (`image/*`) or everything (`*`); an
+    attachment whose type is unknown matches only `*`. What is not sent keeps its placeholder in the transcript, and
+    stays in the thread for the Actor.
+    """
+    if isinstance(allowed, bool):
+        return allowed
+    kind = (media_type or '').strip().lower()
+    for pattern in allowed:
+        if pattern == '*' or pattern == kind or (pattern.endswith('/*') and kind.startswith(pattern[:-1])):
+            return True
+    return False
 
 
 def _reason(exc: Exception) -> FailureReason:
@@ -480,7 +536,8 @@ class ObservationPipeline:
     ) -> tuple[OMRecord, bool]:
         """One cycle; returns the freshest record and whether another holder had the lease (nothing was done)."""
         rt = self.rt
-        ready = [b for b in backlogs if b.messages and not has_pending_tool_call(b.messages)]
+        # A call still waiting for its result is not observed yet; imported history has no result to wait for.
+        ready = [b for b in backlogs if b.messages and (b.import_id or not has_pending_tool_call(b.messages))]
         if not ready:
             return record, False
         cycle = rt.start_cycle()
@@ -490,10 +547,9 @@ class ObservationPipeline:
         if can_defer and rt.left(deadline) < MIN_SYNC_OBSERVATION_S:
             self._defer(record, anchor, cycle, tokens, parts, 'no time left in this request')
             return record, False
-        wanted = {b.thread_id: b.last_seq for b in ready}
 
         def needed(cur: OMRecord) -> bool:
-            return any(cur.cursor(t) < seq for t, seq in wanted.items())
+            return any(still_needed(b, cur) for b in ready)
 
         leased = rt.writer.take_lease(record, 'observing', cycle.cycle_id, needed)
         if leased is None:
@@ -501,7 +557,11 @@ class ObservationPipeline:
             busy = lease_active(fresh.observing, rt.clock.now()) and needed(fresh)
             return fresh, busy
         # Re-check after winning: a holder that finished meanwhile may have observed part of these backlogs.
-        ready = [trimmed for b in ready if (trimmed := b.after(leased.cursor(b.thread_id), rt))]
+        ready = [
+            trimmed
+            for b in ready
+            if (trimmed := b.after(leased.cursor(b.thread_id), rt)) is not None and still_needed(trimmed, leased)
+        ]
         if not ready:  # pragma: no cover - the lease is only taken while something is left
             return rt.writer.release_lease(leased, 'observing', cycle.cycle_id), False
         thread_ids = tuple(b.thread_id for b in ready)
@@ -541,6 +601,7 @@ class ObservationPipeline:
                     leased.id,
                     failure.backlog.thread_id,
                     reason=reason,
+                    usage=failure.usage,
                 )
             )
         if outcome.observed:
@@ -565,11 +626,29 @@ class ObservationPipeline:
             chunks = current.buffered_chunks
             last_observed = current.last_observed_at
             observed_tokens = 0
+            only_imports = all(o.backlog.import_id is not None for o in ordered)
+            pending_tokens = current.pending_message_tokens if only_imports else 0
             for item in ordered:
                 backlog = item.backlog
-                if cursors.get(backlog.thread_id, 0) >= backlog.last_seq:
-                    continue  # observed meanwhile
+                if not still_needed(backlog, current.model_copy(update={'cursors': cursors})):
+                    continue  # observed (or imported) meanwhile
                 text = self.strategy.compose(text, item, current)
+                if backlog.import_id is not None:
+                    # Imported messages are not in the thread: no cursor moves, and nothing pending is observed.
+                    groups.append(
+                        ObservationGroup(
+                            id=backlog.import_id,
+                            thread_id=backlog.thread_id,
+                            start_id=backlog.messages[0].id,
+                            end_id=backlog.messages[-1].id,
+                            start_seq=0,
+                            end_seq=0,
+                            created_at=now,
+                            kind='import',
+                        )
+                    )
+                    observed_tokens += backlog.tokens
+                    continue
                 cursors[backlog.thread_id] = backlog.last_seq
                 groups.append(
                     ObservationGroup(
@@ -596,7 +675,7 @@ class ObservationPipeline:
                     'last_observed_at': last_observed,
                     'groups': tuple(groups),
                     'observing': None,
-                    'pending_message_tokens': 0,
+                    'pending_message_tokens': pending_tokens,
                     'buffered_chunks': chunks,
                     'last_buffered_at_tokens': 0
                     if chunks != current.buffered_chunks
@@ -612,7 +691,12 @@ class ObservationPipeline:
     def _after_observed(self, record: OMRecord, cycle: Cycle, item: ThreadObservation, parts: CycleParts) -> None:
         parsed = item.parsed
         notes = answer_notes(parsed.observations)
-        thread = self.rt.store.get_thread(record.resource_id, item.backlog.thread_id)
+        # Imported history is older than the conversation: its task, suggestion and title are not the thread's now.
+        thread = (
+            self.rt.store.get_thread(record.resource_id, item.backlog.thread_id)
+            if item.backlog.import_id is None
+            else None
+        )
         if thread is not None:
             update_thread_hints(
                 self.rt,
@@ -638,6 +722,7 @@ class ObservationPipeline:
                 record_id=record.id,
                 thread_id=item.backlog.thread_id,
                 notes=notes or None,
+                usage=item.usage,
             )
         )
         if notes:
@@ -657,20 +742,22 @@ class ObservationPipeline:
     # -- buffer a slice ----------------------------------------------------------------------------------------------
     def buffer_slice(
         self, record: OMRecord, backlog: Backlog, deadline: float, *, cycle_id: str, previous: str
-    ) -> BufferedChunk | ThreadFailure | None:
+    ) -> tuple[BufferedChunk | ThreadFailure | None, CallUsage | None]:
         """Observe one slice for async buffering (no commit here): the chunk to store, the failure, or None when the
-        Observer found nothing worth keeping. `previous` is what the Observer sees as already known (the active log
-        plus the chunks buffered before this one), so the new chunk does not repeat it."""
+        Observer found nothing worth keeping, with what the calls cost. `previous` is what the Observer sees as
+        already known (the active log plus the chunks buffered before this one), so the new chunk does not repeat
+        it."""
         rt = self.rt
         outcome = self.call.run(record, [backlog], deadline, previous=previous)
         if outcome.failed:
-            return outcome.failed[0]
+            return outcome.failed[0], outcome.failed[0].usage
         parsed = outcome.observed[0].parsed
+        usage = outcome.observed[0].usage
         text = ctx.strip_group_tags(parsed.observations).strip()
         if not text:
-            return None
+            return None, usage
         # (In retrieval mode activation wraps the chunk in its observation group.)
-        return BufferedChunk(
+        chunk = BufferedChunk(
             id=f'ombuf-{rt.new_id()}',
             cycle_id=cycle_id,
             thread_id=backlog.thread_id,
@@ -686,6 +773,7 @@ class ObservationPipeline:
             suggested_response=parsed.suggested_response,
             thread_title=parsed.thread_title,
         )
+        return chunk, usage
 
 
 class LeaseLostError(Exception):
@@ -726,7 +814,13 @@ def update_thread_hints(
     if replace_hints or current_task or suggested_response:
         update = {'current_task': current_task, 'suggested_response': suggested_response}
     clean = (title or '').strip()
-    renamed = rt.settings.thread_title and len(clean) >= 3 and clean != (thread.title or '')
+    wants_title = rt.settings.thread_title and len(clean) >= 3
+    if not update and not wants_title:
+        return thread
+    # The thread as it is now (a client may have renamed it while the Observer ran): the write replaces it whole, and
+    # a title a client set (pinned) is never replaced.
+    thread = rt.store.get_thread(thread.resource_id, thread.id) or thread
+    renamed = wants_title and clean != (thread.title or '') and not thread.title_pinned
     if renamed:
         update['title'] = clean
     if not update:

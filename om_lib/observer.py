@@ -23,6 +23,7 @@ from typing import Any, Literal
 from urllib.parse import unquote, urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from om_lib import temporal
 from om_lib.log_check import observation_log_problem
 from om_lib.messages import (
     FilePart,
@@ -478,6 +479,7 @@ def format_messages_for_observer(
     count: Count = _approx_tokens,
     first_image_index: int = 1,
     first_file_index: int = 1,
+    temporal_gap_s: float | None = None,
 ) -> ObserverTranscript:
     """Format messages as the line-oriented transcript the Observer reads.
 
@@ -499,6 +501,8 @@ def format_messages_for_observer(
         count: Token counter used for tool-result truncation.
         first_image_index: Number of the first image placeholder (lets multi-thread callers keep numbering unique).
         first_file_index: Number of the first file placeholder.
+        temporal_gap_s: With temporal markers on, the smallest gap between two messages that gets a
+            `system-reminder` line saying how much time passed (om_lib/temporal.py).
 
     Returns:
         The transcript text and its attachments.
@@ -513,12 +517,17 @@ def format_messages_for_observer(
     next_image, next_file = first_image_index, first_file_index
     last_date: str | None = None
     last_time: str | None = None
+    messages = list(messages)
+    gap_before = temporal.gaps(messages, temporal_gap_s) if temporal_gap_s is not None else {}
 
     for message in messages:
         local = time_of(message).astimezone(zone)
         clock = local.strftime('%H:%M')
         role_label = _ROLE_LABELS.get(message.role, message.role.capitalize())
         entries: list[tuple[str, str, bool]] = []  # (title, body, always show the time)
+        if message.id in gap_before:
+            gap = temporal.marker_text(gap_before[message.id], time_of(message), zone.key)
+            entries.append(('system-reminder', gap, True))
 
         for part in message.parts:
             if isinstance(part, TextPart):
@@ -552,8 +561,8 @@ def format_messages_for_observer(
                 attachments.append(ref)
                 entries.append((role_label, placeholder, False))
 
-        if not entries:
-            continue
+        if len(entries) <= (1 if message.id in gap_before else 0):
+            continue  # nothing visible (the gap, if any, shows before the next message that has something)
         date_header = _date_header(local)
         if date_header != last_date:
             if lines:

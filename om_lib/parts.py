@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
+from om_lib.llm import CallUsage
 from om_lib.messages import iso
 
 OperationType = Literal['observation', 'reflection']
@@ -69,10 +70,17 @@ class OMPart:
     """A `data-om-*` part. Subclasses name their `TYPE` and declare their fields in the seed's order."""
 
     TYPE: ClassVar[str] = ''
+    # What the model calls behind this outcome cost (None: no model call). Not part of the `data` clients get: the
+    # lifecycle events carry it (om_lib/events.py).
+    usage: CallUsage | None = field(default=None, compare=False, repr=False)
 
     def data(self) -> dict[str, Any]:
         """The part's `data` object: camelCase field names, None fields left out."""
-        return {_camel(f.name): _json_value(v) for f in fields(self) if (v := getattr(self, f.name)) is not None}
+        return {
+            _camel(f.name): _json_value(v)
+            for f in fields(self)
+            if f.name != 'usage' and (v := getattr(self, f.name)) is not None
+        }
 
     def kind(self) -> str:
         """The part's `type` (`data-om-…`)."""
@@ -279,8 +287,19 @@ class Activation(OMPart):
     record_id: str
     thread_id: str
     config: MarkerConfig
+    # What started it: `threshold`, `ttl` (the thread was idle past `activateAfterIdle`) or `provider_change` (the
+    # Actor's model changed since the last step); the fields after it are the reference's, set for those triggers.
     triggered_by: str = 'threshold'
     observations: str | None = None
+    # Unix milliseconds of the last reply the idle time is measured from (`ttl`).
+    last_activity_at: int | None = None
+    # How long the thread had been idle, in milliseconds (`ttl`).
+    ttl_expired_ms: int | None = None
+    # The idle time in force, in milliseconds (`ttl`).
+    activate_after_idle: int | None = None
+    # The Actor models before and now (`provider_change`), as `provider/model`.
+    previous_model: str | None = None
+    current_model: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -424,7 +443,11 @@ class CycleParts:
     def made_here(self) -> list[JsonPart]:
         """The parts this step, turn or job made itself, as `{type, data}`: not the ones background work kept for it
         (`StoredPart`), which the worker or workflow that made them has counted already."""
-        return [p.to_json() for p in self.items if not isinstance(p, StoredPart)]
+        return [p.to_json() for p in self.own()]
+
+    def own(self) -> list[OMPart]:
+        """The parts this step, turn or job made itself (see `made_here`), as made (with their model usage)."""
+        return [p for p in self.items if not isinstance(p, StoredPart)]
 
     def __iter__(self) -> Iterator[OMPart]:
         return iter(self.items)

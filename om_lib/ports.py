@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from om_lib.events import LifecycleEvent
 from om_lib.llm import ModelRequest, ModelResponse
 from om_lib.messages import Message
 from om_lib.records import FailureNote, OMRecord, Thread, WorkingMemoryRecord
@@ -64,6 +65,19 @@ class StreamingLanguageModel(Protocol):
         Returns the whole answer (its text is the pieces joined) with its function calls and usage, and raises the
         same errors as `generate`, also after some text was handed on (the caller then must not retry: its listener
         has part of an answer). `on_text` must not raise.
+        """
+        ...
+
+
+@runtime_checkable
+class EventPublisher(Protocol):
+    """Where lifecycle events go (an EventBridge bus in AWS, a list in tests): om_lib/events.py."""
+
+    def publish(self, events: Sequence[LifecycleEvent]) -> None:
+        """Publish `events` in order, in as few calls as the destination allows.
+
+        Best effort and never raises: an event that cannot be published is logged (and counted by the adapter's
+        owner); the outcome it reports has happened and stays as it is.
         """
         ...
 

@@ -26,6 +26,9 @@ class Thread(_Model):
     id: str
     resource_id: str
     title: str | None = None
+    # A title set through the API (`PATCH /threads/{id}`) is pinned: the Observer's suggestions and generated titles
+    # never replace it. Clearing the title un-pins it.
+    title_pinned: bool = False
     created_at: datetime
     updated_at: datetime
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -55,7 +58,10 @@ class ObservationGroup(_Model):
     start_seq: int
     end_seq: int
     created_at: datetime
-    kind: Literal['observation', 'reflection'] = 'observation'
+    # `import`: observations of messages imported from elsewhere (`POST …/memory/observe` with messages). They are not
+    # stored in the thread: the group names them by their ids only (`start_seq`/`end_seq` 0), and its id makes the
+    # same import a no-op the second time.
+    kind: Literal['observation', 'reflection', 'import'] = 'observation'
 
 
 class ArchivedGroup(_Model):
@@ -74,6 +80,18 @@ class ArchivedGroup(_Model):
     archived_at: datetime
     # The generation it was moved out of.
     generation: int
+
+
+class ModelUsage(_Model):
+    """What model calls cost, kept on a record between the task that made them and the one that reports them (the
+    reflection workflow stages a draft in one task and commits it in another)."""
+
+    model: str
+    calls: int = 1
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 class BufferedChunk(_Model):
@@ -141,6 +159,8 @@ class OMRecord(_Model):
     reflected_line_count: int | None = None
     # The `buffer-refl-…` cycle that staged `buffered_reflection`: its activation part carries the same id.
     buffered_reflection_cycle_id: str | None = None
+    # What the Reflector calls behind the staged reflection cost (reported when the workflow commits it).
+    buffered_reflection_usage: ModelUsage | None = None
     # `data-om-buffering-end`/`-failed` parts of background work, kept until a step answers them (newest last,
     # bounded): the worker has no client to tell.
     background_parts: tuple[dict[str, Any], ...] = ()
@@ -160,6 +180,8 @@ class OMRecord(_Model):
     reflection_failures: int | None = None
     reflection_retry_at: datetime | None = None
     observed_timezone: str = 'UTC'
+    # The Actor model the last step said it runs (`provider/model`), to notice a change (`activateOnProviderChange`).
+    actor_model: str | None = None
 
     def reflection_backing_off(self, now: datetime) -> bool:
         """Did a reflection run fail recently enough that no new one should start yet?"""

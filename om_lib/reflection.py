@@ -23,7 +23,8 @@ from om_lib import observer as obs
 from om_lib import reflector as refl
 from om_lib.background import finish_background
 from om_lib.errors import ModelError, ModelOutputError, VersionConflictError
-from om_lib.llm import Content, ModelRequest
+from om_lib.idle import ActivationTrigger
+from om_lib.llm import CallUsage, Content, ModelRequest, Usage, total_usage
 from om_lib.log_check import reflection_notes, reflection_problem
 from om_lib.parts import (
     Activation,
@@ -35,7 +36,7 @@ from om_lib.parts import (
     ObservationFailed,
 )
 from om_lib.record_writer import LeaseName, lease_active
-from om_lib.records import Lease, ObservationGroup, OMRecord
+from om_lib.records import Lease, ModelUsage, ObservationGroup, OMRecord
 from om_lib.runtime import Cycle, Runtime
 from om_lib.work import Job
 
@@ -139,8 +140,9 @@ class Reflection:
         start_level: int = 0,
         skip_hints: bool = False,
         on_retry: Callable[[refl.RetryInfo], None] | None = None,
+        spent: list[CallUsage] | None = None,
     ) -> ReflectionDraft:
-        """Run the compression ladder on a snapshot of the log.
+        """Run the compression ladder on a snapshot of the log; each answer's usage is added to `spent`.
 
         Raises ReflectionNotSmallerError when no attempt shrank the log, and ModelError when the model failed.
         """
@@ -169,7 +171,10 @@ class Reflection:
                 thinking_budget=s.reflector_thinking_budget,
                 source_observations=text,
             )
-            return self.rt.router.generate(s.reflector_model, request, input_tokens=tokens, deadline=deadline).text
+            response = self.rt.router.generate(s.reflector_model, request, input_tokens=tokens, deadline=deadline)
+            if spent is not None:
+                spent.append(CallUsage.of(response))
+            return response.text
 
         ladder = refl.run_compression_ladder(
             text,
@@ -240,6 +245,7 @@ class Reflection:
                 buffered_reflection_input_tokens=None,
                 reflected_line_count=None,
                 buffered_reflection_cycle_id=None,
+                buffered_reflection_usage=None,
                 reflection_failures=None,
                 reflection_retry_at=None,
                 last_buffered_at_tokens=0,
@@ -253,16 +259,25 @@ class Reflection:
             return None
 
     # -- synchronous reflection ----------------------------------------------------------------------------------------
-    def reflect_now(self, record: OMRecord, thread_id: str, deadline: float, parts: CycleParts) -> ReflectionOutcome:
-        """Reflect inside this request (sync mode, `reflection.blockAfter`, a library user without a queue)."""
+    def reflect_now(
+        self, record: OMRecord, thread_id: str, deadline: float, parts: CycleParts, *, asked: bool = False
+    ) -> ReflectionOutcome:
+        """Reflect inside this request (sync mode, `reflection.blockAfter`, a library user without a queue).
+
+        `asked`: a client asked for it (`POST …/memory/reflect`): below the threshold too, and regardless of a
+        recent failure; a log a reflection made that has not grown since is not reflected again (`not_due`).
+        """
         rt = self.rt
-        threshold = rt.settings.observation_tokens
+        threshold = -1 if asked else rt.settings.observation_tokens
         if record.observation_tokens <= threshold or not record.active_observations.strip():
             return ReflectionOutcome(record, 'not_due')
-        if record.reflection_stalled_at_tokens == record.observation_tokens:
+        if asked and just_reflected(record):
+            return ReflectionOutcome(record, 'not_due')
+        # The stall and the backoff hold back reflections the memory starts by itself, not one a client asked for.
+        if not asked and record.reflection_stalled_at_tokens == record.observation_tokens:
             # The last attempt could not shrink this very log: wait until it has grown (spec §12.9).
             return ReflectionOutcome(record, 'not_due')
-        if record.reflection_backing_off(rt.clock.now()):
+        if not asked and record.reflection_backing_off(rt.clock.now()):
             # A run failed recently (a background one included): no step asks the model again before the backoff
             # ends; past the archive bound, the oldest groups move to the archive instead (no model call).
             return ReflectionOutcome(record, 'not_due')
@@ -297,12 +312,22 @@ class Reflection:
                 )
             )
 
+        spent: list[CallUsage] = []
         try:
             with rt.writer.holding(leased, 'reflecting', cycle.cycle_id):
-                draft = self.draft(snapshot_text, snapshot_tokens, deadline, on_retry=on_retry)
+                draft = self.draft(snapshot_text, snapshot_tokens, deadline, on_retry=on_retry, spent=spent)
         except refl.ReflectionNotSmallerError as exc:
             parts.add(
-                rt.failed_part(cycle, 'reflection', snapshot_tokens, exc, leased.id, thread_id, reason='not_smaller')
+                rt.failed_part(
+                    cycle,
+                    'reflection',
+                    snapshot_tokens,
+                    exc,
+                    leased.id,
+                    thread_id,
+                    reason='not_smaller',
+                    usage=total_usage(spent),
+                )
             )
             released = rt.writer.release_lease(
                 leased, 'reflecting', cycle.cycle_id, reflection_stalled_at_tokens=snapshot_tokens
@@ -314,7 +339,18 @@ class Reflection:
             # the very same log is not offered to the model again: it waits for the log to change too.
             answered = isinstance(exc, ModelOutputError)
             reason: FailureReason | None = 'invalid_reflection' if answered else None
-            parts.add(rt.failed_part(cycle, 'reflection', snapshot_tokens, exc, leased.id, thread_id, reason=reason))
+            parts.add(
+                rt.failed_part(
+                    cycle,
+                    'reflection',
+                    snapshot_tokens,
+                    exc,
+                    leased.id,
+                    thread_id,
+                    reason=reason,
+                    usage=total_usage(spent),
+                )
+            )
             stall = {'reflection_stalled_at_tokens': snapshot_tokens} if answered else {}
             released = rt.writer.release_lease(leased, 'reflecting', cycle.cycle_id, **self._backoff(leased), **stall)
             return ReflectionOutcome(released, 'failed')
@@ -340,6 +376,7 @@ class Reflection:
                     leased.id,
                     thread_id,
                     reason='conflict',
+                    usage=total_usage(spent),
                 )
             )
             return ReflectionOutcome(rt.writer.fresh(leased), 'failed')
@@ -356,6 +393,7 @@ class Reflection:
                 record_id=committed.id,
                 thread_id=thread_id,
                 notes=draft.notes or None,
+                usage=total_usage(spent),
             )
         )
         if draft.notes:
@@ -387,14 +425,23 @@ class Reflection:
         parts.add(rt.buffering_start_part(cycle, 'reflection', slice_.input_tokens, marked.id, thread_id))
         return marked, True
 
-    def buffered_step(self, record: OMRecord, thread_id: str, deadline: float, parts: CycleParts) -> OMRecord:
-        """A step with buffered reflection: activate a staged reflection past the threshold; reflect synchronously
-        past `reflection.blockAfter` with nothing staged; else start a background one when due."""
+    def buffered_step(
+        self,
+        record: OMRecord,
+        thread_id: str,
+        deadline: float,
+        parts: CycleParts,
+        *,
+        trigger: ActivationTrigger | None = None,
+    ) -> OMRecord:
+        """A step with buffered reflection: activate a staged reflection past the threshold (or below it, on a
+        `trigger`: `reflection.activateAfterIdle` / `activateOnProviderChange`); reflect synchronously past
+        `reflection.blockAfter` with nothing staged; else start a background one when due."""
         rt = self.rt
         s = rt.settings
         over = record.observation_tokens > s.observation_tokens and bool(record.active_observations.strip())
-        if over and record.buffered_reflection:
-            activated = self.activate_staged(record, thread_id, parts)
+        if (over or trigger is not None) and record.buffered_reflection:
+            activated = self.activate_staged(record, thread_id, parts, trigger=None if over else trigger)
             if activated is not None:
                 # Still past the start point: the next background reflection starts now (spec §12.4).
                 return self.start_buffered(activated, thread_id, parts)[0]
@@ -412,8 +459,11 @@ class Reflection:
             return self.reflect_now(record, thread_id, deadline, parts).record
         return self.start_buffered(record, thread_id, parts)[0]
 
-    def activate_staged(self, record: OMRecord, thread_id: str, parts: CycleParts) -> OMRecord | None:
-        """Make the staged reflection the new generation, keeping every line appended since (no model call)."""
+    def activate_staged(
+        self, record: OMRecord, thread_id: str, parts: CycleParts, *, trigger: ActivationTrigger | None = None
+    ) -> OMRecord | None:
+        """Make the staged reflection the new generation, keeping every line appended since (no model call).
+        `trigger`: why it happens below the threshold (idle time, a model change); None: the threshold."""
         rt = self.rt
         before = record.observation_tokens
         owner = f'activate-{rt.new_id()}'
@@ -459,6 +509,7 @@ class Reflection:
                 record_id=committed.id,
                 thread_id=thread_id,
                 config=rt.marker_config(),
+                **(trigger.part_fields() if trigger is not None else {}),  # type: ignore[arg-type]
             )
         )
         return committed
@@ -473,9 +524,13 @@ class Reflection:
         )
 
     # -- the reflection workflow (Step Functions: check → reflect → validate → commit; release on failure) -------------
-    def check(self, job: Job, owner: str) -> dict[str, Any]:
-        """Is reflection due? If so take the run's lease for `owner` (the execution)."""
+    def check(self, job: Job, owner: str, parts: CycleParts | None = None) -> dict[str, Any]:
+        """Is reflection due? If so take the run's lease for `owner` (the execution).
+
+        Every workflow task reports the parts it makes into `parts` (the reflection function publishes them) besides
+        keeping them on the record for the client's next step."""
         rt = self.rt
+        parts = CycleParts() if parts is None else parts
         record = rt.store.get_record(job.record_key)
         if record is None or not self._job_due(job, record):
             return {'due': False}
@@ -503,15 +558,19 @@ class Reflection:
                 job.thread_id,
             )
             finish_background(rt, leased, name, None, start)
+            parts.add(start)
         return {'due': True, 'generation': leased.generation, 'inputTokens': leased.observation_tokens}
 
-    def stage(self, job: Job, owner: str, *, deadline: float | None = None) -> dict[str, Any]:
+    def stage(
+        self, job: Job, owner: str, *, deadline: float | None = None, parts: CycleParts | None = None
+    ) -> dict[str, Any]:
         """Run the ladder on the log and stage the result as the record's buffered reflection.
 
         A model failure raises (the workflow retries with backoff, then releases). A log that cannot be shrunk
         releases the lease and remembers the stall, so the schedule does not restart it until the log changes.
         """
         rt = self.rt
+        parts = CycleParts() if parts is None else parts
         record = self._held(job, owner)
         if record is None:
             return {'outcome': 'lease_lost'}
@@ -527,15 +586,22 @@ class Reflection:
             # The slice's real size (not the per-line estimate): validation compares the draft with it.
             snapshot, line_count, input_tokens = part.text, part.line_count, rt.counter.count_observations(part.text)
             target, start_level = part.target_tokens, 1
+        spent: list[CallUsage] = []
         try:
             with rt.writer.holding(record, name, owner, ttl_s=WORKFLOW_LEASE_S):
                 draft = self.draft(
-                    snapshot, input_tokens, limit, target=target, start_level=start_level, skip_hints=start_level > 0
+                    snapshot,
+                    input_tokens,
+                    limit,
+                    target=target,
+                    start_level=start_level,
+                    skip_hints=start_level > 0,
+                    spent=spent,
                 )
         except refl.ReflectionNotSmallerError as exc:
             released = rt.writer.release_lease(record, name, owner, reflection_stalled_at_tokens=tokens)
             error = str(exc) if job.reason == 'buffer' else NOT_SMALLER_ERROR
-            self._run_failed(job, owner, released, cycle, input_tokens, error, 'not_smaller')
+            self._run_failed(job, owner, released, cycle, input_tokens, error, 'not_smaller', parts, total_usage(spent))
             return {'outcome': 'not_smaller', 'inputTokens': input_tokens}
         except ModelOutputError as exc:
             # The model answered, with something that is not an observation log (every level): keep the current
@@ -544,11 +610,15 @@ class Reflection:
             released = rt.writer.release_lease(
                 record, name, owner, **self._backoff(record), reflection_stalled_at_tokens=tokens
             )
-            self._run_failed(job, owner, released, cycle, input_tokens, str(exc), 'invalid_reflection')
+            self._run_failed(
+                job, owner, released, cycle, input_tokens, str(exc), 'invalid_reflection', parts, total_usage(spent)
+            )
             return {'outcome': 'invalid_reflection', 'inputTokens': input_tokens, 'error': str(exc)}
+        usage = total_usage(spent)
         ended = None
+        made: BufferingEnd | None = None
         if job.reason == 'buffer':
-            ended = BufferingEnd(
+            made = BufferingEnd(
                 cycle_id=job.cycle_id or owner,
                 operation_type='reflection',
                 completed_at=rt.clock.now(),
@@ -557,7 +627,9 @@ class Reflection:
                 buffered_tokens=draft.tokens,
                 record_id=record.id,
                 thread_id=job.thread_id,
-            ).to_json()
+                usage=usage,
+            )
+            ended = made.to_json()
 
         def stage(current: OMRecord) -> OMRecord | None:
             held = getattr(current, name)
@@ -569,6 +641,8 @@ class Reflection:
                 'buffered_reflection_input_tokens': input_tokens,
                 'reflected_line_count': line_count,
                 'buffered_reflection_cycle_id': job.cycle_id,
+                # Reported by the commit task (a threshold run's end part); a buffered run reports it now.
+                'buffered_reflection_usage': _stored_usage(usage) if job.reason != 'buffer' else None,
             }
             if ended is not None:
                 update['background_parts'] = buf.keep_background_part(current.background_parts, ended)
@@ -576,6 +650,8 @@ class Reflection:
 
         if rt.writer.commit(record, stage) is None:
             return {'outcome': 'lease_lost'}
+        if made is not None:
+            parts.add(made)
         if draft.notes:
             rt.remember_notes(record.resource_id, job.thread_id, 'reflection', draft.notes, draft.text[:300])
         return {'outcome': 'reflected', 'inputTokens': input_tokens, 'tokens': draft.tokens, 'notes': list(draft.notes)}
@@ -599,9 +675,10 @@ class Reflection:
             raise ReflectionRejectedError(f'the staged reflection may not replace the log: {problem}')
         return {'valid': True, 'tokens': record.buffered_reflection_tokens}
 
-    def commit_staged(self, job: Job, owner: str) -> dict[str, Any]:
+    def commit_staged(self, job: Job, owner: str, parts: CycleParts | None = None) -> dict[str, Any]:
         """Make the staged reflection the new generation, keeping the lines appended since it was staged."""
         rt = self.rt
+        parts = CycleParts() if parts is None else parts
         record = self._held(job, owner)
         if record is None:
             raise ReflectionRejectedError('the reflecting lease was lost before commit')
@@ -622,8 +699,10 @@ class Reflection:
             observations=committed.active_observations,
             record_id=committed.id,
             thread_id=job.thread_id,
+            usage=_call_usage(record.buffered_reflection_usage),
         )
         finish_background(rt, committed, workflow_lease(job), None, ended)
+        parts.add(ended)
         return {
             'outcome': 'committed',
             'generation': committed.generation,
@@ -631,9 +710,10 @@ class Reflection:
             'tokens': committed.observation_tokens,
         }
 
-    def release(self, job: Job, owner: str) -> dict[str, Any]:
+    def release(self, job: Job, owner: str, parts: CycleParts | None = None) -> dict[str, Any]:
         """The failure path: drop the staged result and the lease; the old observations stay as they were."""
         rt = self.rt
+        parts = CycleParts() if parts is None else parts
         record = rt.store.get_record(job.record_key)
         if record is None:
             return {'released': False}
@@ -648,6 +728,7 @@ class Reflection:
             buffered_reflection_input_tokens=None,
             reflected_line_count=None,
             buffered_reflection_cycle_id=None,
+            buffered_reflection_usage=None,
             **self._backoff(record),
         )
         if held is not None and held.owner == owner:
@@ -655,21 +736,24 @@ class Reflection:
                 error = 'the background reflection failed; past reflection.blockAfter a step reflects synchronously'
             else:
                 error = 'the reflection workflow failed; the previous observations were kept'
-            self._run_failed(job, owner, released, None, released.observation_tokens, error, 'error')
+            # A model that kept failing: what the staged attempt cost, if one was staged, is reported here.
+            usage = _call_usage(record.buffered_reflection_usage)
+            self._run_failed(job, owner, released, None, released.observation_tokens, error, 'error', parts, usage)
         return {'released': True}
 
-    def run_in_process(self, job: Job, deadline: float) -> None:
+    def run_in_process(self, job: Job, deadline: float, parts: CycleParts | None = None) -> None:
         """The workflow's tasks in-process (a queue-only deployment; the local stack without Step Functions)."""
         owner = f'job-{self.rt.new_id()}'
-        if not self.check(job, owner).get('due'):
+        parts = CycleParts() if parts is None else parts
+        if not self.check(job, owner, parts).get('due'):
             return
         try:
-            if self.stage(job, owner, deadline=deadline).get('outcome') != 'reflected':
+            if self.stage(job, owner, deadline=deadline, parts=parts).get('outcome') != 'reflected':
                 return
             self.validate(job, owner)
-            self.commit_staged(job, owner)
+            self.commit_staged(job, owner, parts)
         except Exception:
-            self.release(job, owner)
+            self.release(job, owner, parts)
             raise
 
     def _backoff(self, record: OMRecord) -> dict[str, Any]:
@@ -688,17 +772,22 @@ class Reflection:
         tokens: int,
         error: str,
         reason: FailureReason,
+        parts: CycleParts,
+        usage: CallUsage | None = None,
     ) -> None:
         """A workflow run failed: keep its failed part for the client's next step (a buffered run's under the step's
         cycle id, a run's own under the execution's name, its start's cycle) and remember it for `recentFailures`."""
         rt = self.rt
         failed: BufferingFailed | ObservationFailed
         if job.reason == 'buffer':
-            failed = self._buffering_failed(job, record, cycle, tokens, error, reason)
+            failed = replace(self._buffering_failed(job, record, cycle, tokens, error, reason), usage=usage)
         else:
-            failed = rt.failed_part(cycle, 'reflection', tokens, error, record.id, job.thread_id, reason=reason)
+            failed = rt.failed_part(
+                cycle, 'reflection', tokens, error, record.id, job.thread_id, reason=reason, usage=usage
+            )
             failed = replace(failed, cycle_id=owner)
         finish_background(rt, record, workflow_lease(job), None, failed)
+        parts.add(failed)
         rt.remember_failures(job.resource_id, job.thread_id, [failed])
 
     def _buffering_failed(
@@ -736,17 +825,51 @@ class Reflection:
         return record
 
 
+def _stored_usage(usage: CallUsage | None) -> ModelUsage | None:
+    """A draft's usage as the record keeps it until the commit task reports it."""
+    if usage is None:
+        return None
+    u = usage.usage
+    return ModelUsage(
+        model=usage.model,
+        calls=usage.calls,
+        input_tokens=u.input_tokens,
+        output_tokens=u.output_tokens,
+        cache_read_tokens=u.cache_read_tokens,
+        cache_write_tokens=u.cache_write_tokens,
+    )
+
+
+def _call_usage(stored: ModelUsage | None) -> CallUsage | None:
+    if stored is None:
+        return None
+    return CallUsage(
+        model=stored.model,
+        calls=stored.calls,
+        usage=Usage(stored.input_tokens, stored.output_tokens, stored.cache_read_tokens, stored.cache_write_tokens),
+    )
+
+
 def _merge_staged(current: OMRecord) -> str:
     return refl.merge_buffered_reflection(
         current.buffered_reflection or '', current.active_observations, current.reflected_line_count or 0
     )
 
 
+def just_reflected(record: OMRecord) -> bool:
+    """Was the head made by a reflection, with nothing observed since (reflecting it again would only condense the
+    condensed)?"""
+    return record.origin == 'reflection' and record.observation_tokens == record.initial_observation_tokens
+
+
 def reflection_groups(record: OMRecord, group_id: str, now: datetime) -> tuple[ObservationGroup, ...]:
-    """After a reflection, one group per thread spans everything its earlier groups covered."""
+    """After a reflection, one group per thread spans everything its earlier groups covered. Import groups stay as
+    they are: they name messages that are not in the thread, and keep the same import from being observed twice."""
     by_thread: dict[str, list[ObservationGroup]] = {}
     for group in record.groups:
-        by_thread.setdefault(group.thread_id, []).append(group)
+        if group.kind != 'import':
+            by_thread.setdefault(group.thread_id, []).append(group)
+    kept = [g for g in record.groups if g.kind == 'import']
     merged: list[ObservationGroup] = []
     for thread_id, groups in by_thread.items():
         first = min(groups, key=lambda g: g.start_seq)
@@ -763,4 +886,4 @@ def reflection_groups(record: OMRecord, group_id: str, now: datetime) -> tuple[O
                 kind='reflection',
             )
         )
-    return tuple(merged)
+    return (*kept, *merged)

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from om_lib.config import ResolvedOMConfig
 from om_lib.errors import DeadlineExceededError
+from om_lib.llm import CallUsage
 from om_lib.messages import Message, ToolCallPart, ToolResultPart
 from om_lib.model_router import ModelRouter
 from om_lib.parts import (
@@ -240,6 +241,7 @@ class Runtime:
         *,
         reason: FailureReason | None = None,
         retrying: bool = False,
+        usage: CallUsage | None = None,
     ) -> ObservationFailed:
         """`data-om-observation-failed` for a cycle that committed nothing."""
         if reason is None:
@@ -255,6 +257,7 @@ class Runtime:
             retrying=retrying,
             record_id=record_id,
             thread_id=thread_id,
+            usage=usage,
         )
 
 

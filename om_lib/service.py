@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -38,13 +39,15 @@ from om_lib.errors import (
     ThreadNotFoundError,
     WorkingMemoryDisabledError,
 )
+from om_lib.events import lifecycle_events
 from om_lib.history import DEFAULT_PER_PAGE, DateRange, Include
 from om_lib.jobs import QUIET_AFTER
 from om_lib.llm import FunctionDeclaration
 from om_lib.messages import Message
-from om_lib.parts import CycleParts
+from om_lib.parts import FAILED_TYPES, Activation, BufferingEnd, CycleParts, ObservationEnd
+from om_lib.ports import EventPublisher
 from om_lib.recall import RecallRequest, recall
-from om_lib.records import Thread, record_key
+from om_lib.records import OMRecord, Thread, record_key
 from om_lib.semantic import SemanticMemory
 from om_lib.threads import list_resource_threads
 from om_lib.uploads import Upload
@@ -55,19 +58,51 @@ logger = logging.getLogger(__name__)
 
 WORKING_MEMORY_KEY = 'workingMemory'
 WORKFLOW_TASKS = frozenset({'check', 'reflect', 'validate', 'commit', 'release'})
+OperationStatus = Literal['done', 'nothing_to_do', 'busy', 'failed']
+
+
+@dataclass
+class OperationResult:
+    """What an operation a client asked for did (`POST …/memory/observe | reflect | buffer`).
+
+    `status`: `done` (something was committed or buffered), `nothing_to_do` (a retry, or nothing left), `busy`
+    (another worker held the memory past this request's budget) or `failed` (the model failed; nothing changed).
+    """
+
+    status: OperationStatus
+    parts: CycleParts
+    record: OMRecord | None
+
+
+def operation_status(parts: CycleParts) -> OperationStatus:
+    """The status an operation's parts add up to."""
+    made = parts.own()
+    if any(p.kind() in (ObservationEnd.TYPE, BufferingEnd.TYPE, Activation.TYPE) for p in made):
+        return 'done'
+    failures = [p.data() for p in made if p.kind() in FAILED_TYPES and not p.data().get('retrying')]
+    if any(f.get('reason') == 'busy' for f in failures):
+        return 'busy'
+    return 'failed' if failures else 'nothing_to_do'
 
 
 class MemoryService:
     """Observational memory as a service: conversation, memory, history, threads, working memory, background work.
 
+    Every outcome a call makes (observation, reflection, buffering, activation, a failure) is also published as a
+    lifecycle event, once, at the end of the call that made it (om_lib/events.py), when `events` is given.
+
     Args:
         engine: The memory engine (configuration and ports).
         semantic: Semantic search over messages, when `retrieval.vector` or `semanticRecall` is on.
+        events: Where lifecycle events go (an EventBridge bus in AWS); None publishes nothing.
     """
 
-    def __init__(self, engine: MemoryEngine, *, semantic: SemanticMemory | None = None) -> None:
+    def __init__(
+        self, engine: MemoryEngine, *, semantic: SemanticMemory | None = None, events: EventPublisher | None = None
+    ) -> None:
         self.engine = engine
         self.semantic = semantic
+        self.events = events
         self.conversation = Conversation(engine, semantic=semantic)
         self.chat_service = ChatService(self.conversation)
 
@@ -89,14 +124,21 @@ class MemoryService:
         *,
         step_number: int = 0,
         read_only: bool = False,
+        actor_model: str | None = None,
     ) -> AgentStep:
         """`POST /threads/{threadId}/steps`: save the step's input, update memory when due, return the Actor's
-        context."""
-        return self.conversation.step(resource_id, thread_id, messages, step_number=step_number, read_only=read_only)
+        context. `actor_model`: the model the caller's Actor runs (`provider/model`), when it says."""
+        step = self.conversation.step(
+            resource_id, thread_id, messages, step_number=step_number, read_only=read_only, actor_model=actor_model
+        )
+        self.publish(resource_id, step.parts)
+        return step
 
     def turn(self, resource_id: str, thread_id: str, outputs: Sequence[Message]) -> AgentTurn:
         """`POST /threads/{threadId}/turns`: save the turn's outputs; queue what is due."""
-        return self.conversation.turn(resource_id, thread_id, outputs)
+        turn = self.conversation.turn(resource_id, thread_id, outputs)
+        self.publish(resource_id, turn.parts)
+        return turn
 
     def chat(
         self,
@@ -111,7 +153,7 @@ class MemoryService:
     ) -> ChatResult:
         """`POST /threads/{threadId}/chat`: a step, the Actor call and the turn in one call; a message answered before
         gets its stored reply. `listener` hears the turn as it happens (the streamed answer); JSON passes none."""
-        return self.chat_service.chat(
+        result = self.chat_service.chat(
             resource_id,
             thread_id,
             message,
@@ -120,6 +162,8 @@ class MemoryService:
             read_only=read_only,
             listener=listener,
         )
+        self.publish(resource_id, result.parts)
+        return result
 
     # -- memory ----------------------------------------------------------------------------------------------------
     def memory(self, resource_id: str, thread_id: str) -> dict[str, Any]:
@@ -129,6 +173,32 @@ class MemoryService:
     def generations(self, resource_id: str, thread_id: str, *, limit: int = 10) -> dict[str, Any]:
         """`GET /threads/{threadId}/memory/generations`: the memory's generations, newest first (CONTRACT §2)."""
         return self.engine.generations_view(resource_id, thread_id, limit=limit)
+
+    def observe(self, resource_id: str, thread_id: str, imported: Sequence[Message] | None = None) -> OperationResult:
+        """`POST /threads/{threadId}/memory/observe`: observe now. Without `imported`, the thread's unobserved
+        messages (below the threshold too); with it, messages imported from elsewhere (with their own dates), observed
+        into this thread's memory without being added to its messages (om_lib/jobs.py)."""
+        if imported:
+            record, parts = self.engine.observe_imported(resource_id, thread_id, imported)
+        else:
+            record, parts = self.engine.observe_now(resource_id, thread_id, wait=True)
+        self.engine.rt.remember_failures(resource_id, thread_id, parts)
+        self.publish(resource_id, parts)
+        return OperationResult(operation_status(parts), parts, record)
+
+    def reflect(self, resource_id: str, thread_id: str) -> OperationResult:
+        """`POST /threads/{threadId}/memory/reflect`: reflect the memory now, below the threshold too."""
+        record, parts = self.engine.reflect_asked(resource_id, thread_id)
+        self.engine.rt.remember_failures(resource_id, thread_id, parts)
+        self.publish(resource_id, parts)
+        return OperationResult(operation_status(parts), parts, record)
+
+    def buffer(self, resource_id: str, thread_id: str) -> OperationResult:
+        """`POST /threads/{threadId}/memory/buffer`: buffer the unbuffered messages now, as one chunk."""
+        record, parts = self.engine.buffer_asked(resource_id, thread_id)
+        self.engine.rt.remember_failures(resource_id, thread_id, parts)
+        self.publish(resource_id, parts)
+        return OperationResult(operation_status(parts), parts, record)
 
     def recall(self, resource_id: str, thread_id: str, request: RecallRequest) -> dict[str, Any]:
         """`POST /recall`: the recall tool for a thread of a resource (retrieval mode must be on)."""
@@ -224,12 +294,18 @@ class MemoryService:
         return self._require_thread(resource_id, thread_id)
 
     def update_thread(self, resource_id: str, thread_id: str, changes: Mapping[str, Any]) -> Thread:
-        """`PATCH /threads/{threadId}`: `changes` may hold `title` and `metadata` (replaced whole)."""
+        """`PATCH /threads/{threadId}`: `changes` may hold `title` and `metadata` (replaced whole).
+
+        A title set here is pinned: the Observer's suggestions and generated titles never replace it. Clearing it
+        (`null` or an empty title) un-pins it, and the thread may be titled again.
+        """
         thread = self._require_thread(resource_id, thread_id)
         update: dict[str, Any] = {'updated_at': self.now()}
         working_memory: object = ...
         if 'title' in changes:
-            update['title'] = changes['title']
+            title = (changes['title'] or '').strip() or None
+            update['title'] = title
+            update['title_pinned'] = title is not None
         if 'metadata' in changes:
             metadata, working_memory = self._split_working_memory(resource_id, thread_id, changes['metadata'])
             update['metadata'] = dict(metadata or {})
@@ -339,7 +415,9 @@ class MemoryService:
                 return CycleParts()
             self.semantic.index_thread(job.resource_id, job.thread_id, deadline=deadline)
             return CycleParts()
-        return self.engine.run_job(job, deadline=deadline)
+        parts = self.engine.run_job(job, deadline=deadline)
+        self.publish(job.resource_id, parts)
+        return parts
 
     def sweep(self, *, quiet_for: timedelta = QUIET_AFTER) -> list[Job]:
         """The scheduled sweeper: start work for quiet threads and records due for reflection."""
@@ -357,7 +435,26 @@ class MemoryService:
             'commit': engine.workflow_commit,
             'release': engine.workflow_release,
         }
-        return tasks[task](job, owner)
+        parts = CycleParts()
+        try:
+            return tasks[task](job, owner, parts)
+        finally:  # a task that raises (a failing model: the workflow retries) may have made parts before it did
+            self.publish(job.resource_id, parts)
+
+    # -- lifecycle events --------------------------------------------------------------------------------------------
+    def publish(self, resource_id: str, parts: CycleParts) -> None:
+        """Publish the outcomes among `parts` that this call made (not the ones background work kept for it, which
+        were published where they were made). Never raises: the outcomes have happened whatever becomes of the
+        events."""
+        if self.events is None:
+            return
+        events = lifecycle_events(resource_id, parts.own())
+        if not events:
+            return
+        try:
+            self.events.publish(events)
+        except Exception:  # noqa: BLE001 - an adapter that breaks its promise still must not fail the request
+            logger.exception('lifecycle events not published', extra={'events': len(events)})
 
     # -- helpers ---------------------------------------------------------------------------------------------------
     def _require_thread(self, resource_id: str, thread_id: str) -> Thread:
@@ -424,5 +521,6 @@ __all__ = [
     'MemoryService',
     'OMError',
     'OmStatus',
+    'OperationResult',
     'RecallRequest',
 ]

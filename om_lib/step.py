@@ -25,8 +25,9 @@ from datetime import datetime
 
 from om_lib import actor_context as actor
 from om_lib.background import deliver_background_parts
+from om_lib.idle import ActivationTrigger, IdleActivation, activation_trigger
 from om_lib.ids import check_id
-from om_lib.messages import Message, now_of
+from om_lib.messages import Message, now_of, time_of
 from om_lib.observation import MIN_SYNC_OBSERVATION_S, backlog_of
 from om_lib.parts import CycleParts
 from om_lib.ports import AppendResult
@@ -38,6 +39,9 @@ from om_lib.runtime import before_step_input, has_pending_tool_call
 from om_lib.work import Job
 
 logger = logging.getLogger(__name__)
+
+# How far back a step looks for the thread's last reply when none is unobserved (idle time is measured from it).
+LAST_REPLY_LOOKBACK = 20
 
 
 @dataclass
@@ -74,10 +78,13 @@ class Steps(MemoryRooms):
         *,
         step_number: int = 0,
         parts: CycleParts | None = None,
+        actor_model: str | None = None,
     ) -> StepResult:
         """Save the step's new input, update memory when due, and return the Actor's context.
 
         `parts`: the collector to report into (with its live sink, if any); a new one by default.
+        `actor_model`: the model the caller's Actor runs for this step (`provider/model`), when it says: it decides
+        the `"auto"` idle time, and a change of it activates what is buffered (om_lib/idle.py).
         """
         rt = self.rt
         deadline = rt.deadline()
@@ -103,7 +110,7 @@ class Steps(MemoryRooms):
             if self.resource is not None:
                 result = self._resource_step(appended, deadline, step_number, parts, cycle_start=now)
             else:
-                result = self._thread_step(appended, deadline, step_number, parts)
+                result = self._thread_step(appended, deadline, step_number, parts, actor_model)
         except Exception as exc:  # noqa: BLE001 - the input is saved: trouble goes into the 200 answer (CONTRACT §2)
             logger.exception('memory update failed after the step was saved', extra={'thread_id': thread_id})
             parts.add(rt.failed_part(None, 'observation', 0, exc, '', thread_id))
@@ -126,7 +133,14 @@ class Steps(MemoryRooms):
         own = [m for m in appended.messages if m.id not in shown and m.role != 'system']
         return sorted([*recent, *own], key=lambda m: m.seq or 0)
 
-    def _thread_step(self, appended: AppendResult, deadline: float, step_number: int, parts: CycleParts) -> StepResult:
+    def _thread_step(
+        self,
+        appended: AppendResult,
+        deadline: float,
+        step_number: int,
+        parts: CycleParts,
+        actor_model: str | None = None,
+    ) -> StepResult:
         rt = self.rt
         thread = appended.thread
         resource_id, thread_id = thread.resource_id, thread.id
@@ -137,9 +151,14 @@ class Steps(MemoryRooms):
         if parts.live:  # a live listener sees the windows as the step found them, before any memory work
             shown = actor.visible_messages(rt, record, unobserved, appended.messages)
             parts.preview(actor.status_part(rt, record, shown, thread_id, step_number))
+        reflection_trigger = None
         if self.buffering is not None:
+            s = rt.settings
+            trigger = self._idle_trigger(s.observation_idle, record, unobserved, appended, actor_model)
+            reflection_trigger = self._idle_trigger(s.reflection_idle, record, unobserved, appended, actor_model)
+            record = self._remember_actor_model(record, actor_model)
             record, thread, unobserved = self.buffering.step(
-                record, thread, unobserved, deadline, parts, step_input=appended.messages
+                record, thread, unobserved, deadline, parts, step_input=appended.messages, trigger=trigger
             )
         else:
             record = deliver_background_parts(rt, record, parts)
@@ -152,7 +171,7 @@ class Steps(MemoryRooms):
                 record = self.pipeline.observe(record, [backlog], deadline, parts, due_at=threshold)
                 thread = rt.store.get_thread(resource_id, thread_id) or thread
                 unobserved = rt.load_after(resource_id, thread_id, record.cursor(thread_id))
-        record = self._reflect(record, thread_id, deadline, parts)
+        record = self._reflect(record, thread_id, deadline, parts, trigger=reflection_trigger)
         # Past its bound (reflection failed, or cannot keep up), the log's oldest groups are archived: no model call.
         record = self.archive.enforce(record, thread_id, parts)
         messages = actor.visible_messages(rt, record, unobserved, appended.messages)
@@ -202,12 +221,20 @@ class Steps(MemoryRooms):
         system = actor.system_text(rt, record, thread, now=now, other_conversations=snap.blocks)
         return StepResult(thread_id, resource_id, system, messages, parts, record, list(appended.created_ids))
 
-    def _reflect(self, record: OMRecord, thread_id: str, deadline: float, parts: CycleParts) -> OMRecord:
+    def _reflect(
+        self,
+        record: OMRecord,
+        thread_id: str,
+        deadline: float,
+        parts: CycleParts,
+        *,
+        trigger: ActivationTrigger | None = None,
+    ) -> OMRecord:
         """Reflect when due: buffered reflection when it is on; else within this request (waiting for a running
         reflection, bounded by the budget), or through the workflow when the budget cannot hold it."""
         rt = self.rt
         if self.reflection.buffered:
-            return self.reflection.buffered_step(record, thread_id, deadline, parts)
+            return self.reflection.buffered_step(record, thread_id, deadline, parts, trigger=trigger)
         if not self._reflection_pending(record):
             return record
         for _ in range(2):
@@ -237,6 +264,50 @@ class Steps(MemoryRooms):
             if not self._reflection_pending(record):
                 return record
         return record
+
+    def _idle_trigger(
+        self,
+        setting: IdleActivation,
+        record: OMRecord,
+        unobserved: Sequence[Message],
+        appended: AppendResult,
+        actor_model: str | None,
+    ) -> ActivationTrigger | None:
+        """Does idle time or a model change call for activating what is buffered now (om_lib/idle.py)?"""
+        if not setting.enabled or not (record.buffered_chunks or record.buffered_reflection):
+            return None
+        rt = self.rt
+        own = {m.id for m in appended.messages}
+        replies = [m for m in unobserved if m.role == 'assistant' and m.id not in own]
+        last_reply = replies[-1] if replies else self._last_reply_before(appended)
+        return activation_trigger(
+            setting,
+            now=now_of(appended.messages, rt.clock.now()),
+            last_reply_at=time_of(last_reply) if last_reply is not None else None,
+            current_model=actor_model,
+            previous_model=record.actor_model,
+        )
+
+    def _last_reply_before(self, appended: AppendResult) -> Message | None:
+        """The thread's newest assistant message before the step's input (a few messages back, at most)."""
+        seqs = [m.seq for m in appended.messages if m.seq]
+        before = min(seqs) if seqs else None
+        thread = appended.thread
+        page = self.rt.store.list_messages(
+            thread.resource_id, thread.id, before_seq=before, limit=LAST_REPLY_LOOKBACK, newest_first=True
+        )
+        return next((m for m in page.messages if m.role == 'assistant'), None)
+
+    def _remember_actor_model(self, record: OMRecord, actor_model: str | None) -> OMRecord:
+        """Keep the Actor model this step said it runs, when it changed (only where a change activates anything)."""
+        s = self.rt.settings
+        watching = s.observation_idle.on_provider_change or s.reflection_idle.on_provider_change
+        if not watching or not actor_model or actor_model == record.actor_model:
+            return record
+        # Best effort: a lost write means the next step notices the same change again.
+        return (
+            self.rt.writer.try_commit(record, lambda cur: cur.model_copy(update={'actor_model': actor_model})) or record
+        )
 
     def _reflection_pending(self, record: OMRecord) -> bool:
         """Over the threshold with a reflection due, or one running elsewhere that this step should wait for."""

@@ -65,6 +65,8 @@ _OM_ERRORS: tuple[tuple[type[om.OMError], int, str], ...] = (
     (om.TurnInProgressError, 409, 'in_progress'),
     (om.ThreadExistsError, 409, 'thread_exists'),
     (om.WorkingMemoryTooLargeError, 413, 'too_large'),
+    (om.ImportTooLargeError, 413, 'too_large'),
+    (om.BufferingDisabledError, 422, 'buffering_disabled'),
     (om.InvalidWorkingMemoryError, 422, 'invalid_working_memory'),
     (om.WorkingMemoryDisabledError, 422, 'working_memory_disabled'),
     (om.RetrievalDisabledError, 422, 'retrieval_disabled'),

@@ -17,6 +17,7 @@ from functions.api import (
     inspector_route,
     json_body,
     meta,
+    operations_route,
     recall_route,
     routes,
     streaming,
@@ -31,6 +32,7 @@ app.include_router(threads.router)
 app.include_router(attachments.router)
 app.include_router(meta.router)
 app.include_router(recall_route.router)
+app.include_router(operations_route.router)
 app.include_router(working_memory_route.router)
 app.include_router(inspector_route.router)
 errors.register(app)

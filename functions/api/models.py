@@ -97,6 +97,22 @@ class MessageIn(_Model):
 Messages = Annotated[list[MessageIn], AtMost(MAX_MESSAGES_PER_REQUEST, 'items', 'messages')]
 
 
+# `provider/model`, as the caller names the model its Actor runs (any provider: it is not called here).
+ActorModelName = Annotated[
+    str,
+    Field(
+        min_length=3,
+        max_length=200,
+        pattern=r'^[A-Za-z0-9][\w.:@-]*/[^\s/][^\s]*$',
+        description=(
+            'The model your Actor calls for this step, as `provider/model` (e.g. `anthropic/claude-sonnet-4-5`). '
+            'Optional: with it, `activateAfterIdle: "auto"` uses that provider\'s prompt-cache lifetime, and a change '
+            'of model since the last step activates buffered observations when `activateOnProviderChange` is on.'
+        ),
+    ),
+]
+
+
 class StepsIn(_Model):
     """`POST /threads/{threadId}/steps`: the new input of one step."""
 
@@ -106,6 +122,46 @@ class StepsIn(_Model):
     read_only: bool = Field(
         default=False, description='Working memory is shown but `updateWorkingMemory` is not offered (this step).'
     )
+    actor_model: ActorModelName | None = None
+
+
+class ImportedMessageIn(MessageIn):
+    """A message imported from elsewhere: its `createdAt` (when it was said) is required; it dates the observations."""
+
+    # An ISO 8601 string in JSON (strict mode would want a datetime object).
+    created_at: datetime = Field(strict=False)
+
+    @model_validator(mode='after')
+    def _not_system(self) -> ImportedMessageIn:
+        if self.role == 'system':
+            raise ValueError("an imported message is the conversation's: role 'user', 'assistant' or 'tool'")
+        return self
+
+
+class ObserveIn(_Model):
+    """`POST /threads/{threadId}/memory/observe`: observe now; with `messages`, messages imported from elsewhere."""
+
+    resource_id: Id
+    messages: (
+        Annotated[
+            list[ImportedMessageIn],
+            AtMost(MAX_MESSAGES_PER_REQUEST, 'items', 'messages'),
+            Field(
+                description=(
+                    'History imported from another system, in order, each with its `createdAt`: observed into this '
+                    "thread's memory, never added to its messages. Left out: the thread's own unobserved messages "
+                    'are observed now, below the threshold too.'
+                )
+            ),
+        ]
+        | None
+    ) = None
+
+
+class MemoryOperationIn(_Model):
+    """`POST /threads/{threadId}/memory/reflect` and `…/memory/buffer`."""
+
+    resource_id: Id
 
 
 class TurnsIn(_Model):
@@ -253,6 +309,21 @@ class TurnsOut(_Model):
     parts: list[DataPart]
 
 
+class MemoryOperationOut(_Model):
+    """What an operation asked for did, and its `data-om-*` parts."""
+
+    status: Literal['done', 'nothing_to_do', 'busy', 'failed'] = Field(
+        description=(
+            '`done`: something was observed, reflected or buffered; `nothing_to_do`: nothing was left (a retry of a '
+            "request that was done, or nothing new); `busy`: another worker held the memory past this request's "
+            'budget (retry later); `failed`: the model failed, nothing changed (the parts say why).'
+        )
+    )
+    generation_count: int
+    observation_tokens: int
+    parts: list[DataPart]
+
+
 class ChatOut(_Model):
     """The Actor's reply (`null` when the Actor model failed after the user's message was saved)."""
 
@@ -283,6 +354,9 @@ class ThreadOut(_Model):
     id: str
     resource_id: str
     title: str | None
+    title_pinned: bool = Field(
+        description='The title was set through `PATCH /threads/{threadId}`: generated titles never replace it.'
+    )
     created_at: datetime
     updated_at: datetime
     metadata: dict[str, Any]

@@ -145,6 +145,7 @@ def post_steps(threadId: ThreadId, body: Annotated[StepsIn, Body()]) -> Response
         [m.to_message(now, ids(i)) for i, m in enumerate(body.messages)],
         step_number=body.step_number,
         read_only=body.read_only,
+        actor_model=body.actor_model,
     )
     metrics.add_metric(name='StepLatencyMs', unit=MetricUnit.Milliseconds, value=(time.perf_counter() - started) * 1e3)
     parts = step.parts.to_json()
@@ -343,6 +344,7 @@ def thread_json(thread: Thread) -> dict[str, Any]:
         'id': thread.id,
         'resourceId': thread.resource_id,
         'title': thread.title,
+        'titlePinned': thread.title_pinned,
         'createdAt': thread.created_at.isoformat().replace('+00:00', 'Z'),
         'updatedAt': thread.updated_at.isoformat().replace('+00:00', 'Z'),
         'metadata': thread.metadata,

@@ -77,7 +77,9 @@ def get_thread(threadId: ThreadId, resourceId: ResourceIdQuery) -> Response[Any]
     summary='Update a thread’s title and metadata',
     description=(
         'Fields left out stay as they are. `metadata` replaces the stored object as a whole (send every key you want '
-        'to keep; `null` or `{}` empties it). `title: null` removes the title. With working memory on, '
+        'to keep; `null` or `{}` empties it). A title set here is pinned (`titlePinned`): titles the Observer '
+        'suggests or `generateTitle` writes never replace it; `title: null` (or an empty title) removes it and '
+        'un-pins the thread. With working memory on, '
         '`metadata.workingMemory` updates the working memory (as `PUT .../working-memory` does) and is not kept in '
         'the metadata; an invalid one is refused (422) and nothing is written.'
     ),

@@ -1,6 +1,7 @@
 """The stack's building blocks, one construct per file (STYLE §12); `OmStack` only composes them."""
 
 from infra.constructs.api_firewall import ApiFirewall
+from infra.constructs.lifecycle_events import LifecycleEvents
 from infra.constructs.memory_api import ApiAuth, MemoryApi
 from infra.constructs.memory_bucket import MemoryBucket
 from infra.constructs.memory_key import MemoryKey
@@ -18,6 +19,7 @@ from infra.constructs.work_queue import WorkQueue
 __all__ = [
     'ApiAuth',
     'ApiFirewall',
+    'LifecycleEvents',
     'MemoryApi',
     'MemoryBucket',
     'MemoryKey',

@@ -117,14 +117,35 @@ class MemoryKey(Construct):
         )
 
     def allow_eventbridge_rule(self, sid: str, rule_arn: str) -> None:
-        """Let EventBridge deliver one rule's events to a queue encrypted with the key (as AWS documents for encrypted
-        SQS targets: GenerateDataKey and Decrypt), for that rule only."""
+        """Let EventBridge deliver one rule's (or one bus's dead-letter) events to a queue encrypted with the key (as
+        AWS documents for encrypted SQS targets: GenerateDataKey and Decrypt), for that source only."""
         self._statement(
             sid,
             principals=[iam.ServicePrincipal('events.amazonaws.com')],
             actions=('kms:Decrypt', 'kms:GenerateDataKey'),
             conditions={'ArnEquals': {'aws:SourceArn': rule_arn}},
         )
+
+    def allow_event_bus(self, sid: str, bus_arn: str) -> None:
+        """Let EventBridge encrypt and decrypt one bus's events with the key (as AWS documents for a bus with a
+        customer managed key): DescribeKey to check the key, GenerateDataKey and Decrypt for that bus only."""
+        self._statement(
+            f'{sid}DescribesTheKey',
+            principals=[iam.ServicePrincipal('events.amazonaws.com')],
+            actions=('kms:DescribeKey',),
+            conditions={'StringEquals': {'aws:SourceAccount': Stack.of(self).account}},
+        )
+        self._statement(
+            sid,
+            principals=[iam.ServicePrincipal('events.amazonaws.com')],
+            actions=('kms:Decrypt', 'kms:GenerateDataKey'),
+            conditions={
+                'StringEquals': {'kms:EncryptionContext:aws:events:event-bus:arn': bus_arn},
+                'ArnEquals': {'aws:SourceArn': bus_arn},
+            },
+        )
+        # Events it cannot deliver go to the bus's dead-letter queue, encrypted with the key through SQS.
+        self.allow_eventbridge_rule(f'{sid}DeadLetters', bus_arn)
 
     def _via(self, services: Iterable[KmsService]) -> dict[str, dict[str, list[str]]]:
         region = Stack.of(self).region

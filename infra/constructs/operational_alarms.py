@@ -80,6 +80,7 @@ class OperationalAlarms(Construct):
         api: apigw.RestApi,
         state_machine: sfn.StateMachine,
         upload_dead_letter_queues: Sequence[sqs.IQueue] = (),
+        event_dead_letter_queues: Sequence[sqs.IQueue] = (),
         email: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -107,6 +108,15 @@ class OperationalAlarms(Construct):
                 threshold=1,
                 description='Upload events failed repeatedly: an upload that landed after its thread was erased may '
                 "still be in the bucket. Find the cause in the orphan-upload function's log, fix it, then redrive.",
+            )
+        for index, queue in enumerate(event_dead_letter_queues):
+            self._add(
+                'LifecycleEventsDeadLetterQueueDepth' + (str(index) if index else ''),
+                queue.metric_approximate_number_of_messages_visible(period=period, statistic='Maximum'),
+                threshold=1,
+                description='Lifecycle events could not be delivered (the bus could not use its key, or the events '
+                "queue's consumer kept failing): memory is unaffected; check the key policy or the consumer, then "
+                'redrive or read them from the dead-letter queue.',
             )
         for name, metric, what in (
             ('ReflectionExecutionsFailed', state_machine.metric_failed(period=period, statistic='Sum'), 'failed'),

@@ -1506,6 +1506,7 @@ class DynamoMemoryStore:
             created_at=datetime.fromisoformat(created_at) if created_at else (now or updated),
             updated_at=updated,
             title=doc.get('title'),
+            title_pinned=bool(doc.get('title_pinned')),
             metadata=doc.get('metadata') or {},
             current_task=doc.get('current_task'),
             suggested_response=doc.get('suggested_response'),
@@ -1716,6 +1717,7 @@ def _targets(key: str) -> list[_Target]:
 def _thread_doc(thread: Thread) -> dict[str, Any]:
     return {
         'title': thread.title,
+        'title_pinned': thread.title_pinned,
         'metadata': thread.metadata,
         'current_task': thread.current_task,
         'suggested_response': thread.suggested_response,

@@ -181,3 +181,35 @@ def test_chat_stream_yields_typed_chunks_sync_and_async(stack: LocalStack, resou
         om.chat(thread_id, Message.user('first', id='fixed-id'))
         with pytest.raises(MessageConflict):
             list(om.chat_stream(thread_id, Message.user('changed', id='fixed-id')))
+
+
+def test_memory_work_on_demand_imported_history_and_a_pinned_title(
+    stack: LocalStack, resource_id: str, thread_id: str
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    when = datetime(2019, 5, 4, 8, 0, tzinfo=UTC)
+    history = [
+        Message.user('My sister moved to Porto last spring.', created_at=when),
+        Message.assistant('How does she like it?', created_at=when + timedelta(minutes=1)),
+    ]
+    with MemoryClient(stack.url, resource_id=resource_id) as om:
+        om.create_thread(thread_id=thread_id)
+        om.step(thread_id, ['Hello again.'], actor_model='openai/gpt-5.5')
+        imported = om.observe(thread_id, history)
+        assert imported.status == 'done' and imported.parts_of('observation-end')
+        assert om.observe(thread_id, history).status == 'nothing_to_do'  # the same import, once
+        assert [m.parts[0].text for m in om.messages(thread_id).messages] == ['Hello again.']
+        with pytest.raises(ValueError, match='created_at'):
+            om.observe(thread_id, ['no date'])
+        with pytest.raises(InvalidRequest) as refused:
+            om.buffer(thread_id)  # this stack observes synchronously: nothing is buffered
+        assert refused.value.code == 'buffering_disabled'
+        pinned = om.update_thread(thread_id, title='Porto')
+        assert pinned.title_pinned and not om.update_thread(thread_id, title=None).title_pinned
+
+    async def observe_own() -> str:
+        async with AsyncMemoryClient(stack.url, resource_id=resource_id) as client:
+            return (await client.observe(thread_id)).status
+
+    assert asyncio.run(observe_own()) == 'done'  # the thread's own message, below the threshold

@@ -21,8 +21,8 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from om_client import MemoryClient
-from om_client.integrations.mcp_server import format_memory, format_threads, vectors_enabled
-from om_client.models import MemoryStatus, Thread, ThreadsPage
+from om_client.integrations.mcp_server import format_memory, format_operation, format_threads, vectors_enabled
+from om_client.models import MemoryOperation, MemoryStatus, Thread, ThreadsPage
 
 from om_cli.local_stack import LocalStack
 
@@ -95,6 +95,42 @@ def test_a_stdio_session_lists_and_calls_the_tools(stack: LocalStack, remembered
     assert 'Alentejo' in json.loads(text['search'])['results']
     assert answers['missing'].is_error and 'was not found' in text['missing']
     assert not any(answers[key].is_error for key in ('list_threads', 'memory', 'recall', 'search'))
+
+
+def test_with_operations_the_tools_run_memory_work(stack: LocalStack, remembered: tuple[str, str]) -> None:
+    resource, thread = remembered
+    args = ['--api-url', stack.url, '--resource-id', resource, '--search', 'off', '--operations']
+    params = StdioServerParameters(command=om_mcp(), args=args)
+    when = '2019-05-04T08:00:00Z'
+
+    async def run() -> tuple[list[str], Any]:
+        async with stdio_client(params) as streams, ClientSession(*streams) as session:
+            await session.initialize()
+            names = sorted(tool.name for tool in (await session.list_tools()).tools)
+            messages = [{'role': 'user', 'content': 'We also cycled in Porto once.', 'createdAt': when}]
+            answer = await session.call_tool('observe', {'threadId': thread, 'messages': messages})
+            return names, answer
+
+    names, answer = asyncio.run(run())
+
+    assert names == ['buffer', 'list_threads', 'memory', 'observe', 'recall', 'reflect']
+    assert not answer.is_error and answer.content[0].text.startswith(f'observe on thread {thread}: done')
+
+
+def test_an_operation_reads_as_text() -> None:
+    result = MemoryOperation.model_validate(
+        {
+            'status': 'nothing_to_do',
+            'generationCount': 2,
+            'observationTokens': 120,
+            'parts': [{'type': 'data-om-observation-failed', 'data': {'reason': 'busy', 'error': 'held'}}],
+        }
+    )
+    text = format_operation('reflect', 't1', result)
+    assert text.splitlines() == [
+        'reflect on thread t1: nothing to do (generation 2, 120 observation tokens)',
+        '- observation-failed: busy: held',
+    ]
 
 
 def _free_port() -> int:

@@ -28,12 +28,15 @@ def every_call() -> list[Call[Any]]:
         Message(role='tool', parts=[ToolResultPart(tool_call_id='c1', tool_name='f', result={'y': 2}, is_error=True)]),
     ]
     return [
-        calls.step('t1', messages, resource_id=None, step_number=2, read_only=True),
+        calls.step('t1', messages, resource_id=None, step_number=2, read_only=True, actor_model='openai/gpt-5.5'),
         calls.turn('t1', messages, resource_id=None),
         calls.chat('t1', 'hello', resource_id=None, read_only=False),
         calls.chat_stream('t1', 'hello', resource_id=None, read_only=False),
         calls.memory('t1', resource_id=None),
         calls.memory_generations('t1', resource_id=None, limit=5),
+        calls.observe('t1', [Message.user('from elsewhere', created_at=NOW)], resource_id=None),
+        calls.reflect('t1', resource_id=None),
+        calls.buffer('t1', resource_id=None),
         calls.messages('t1', resource_id=None, page=1, per_page=50),
         calls.query_messages(
             't1',

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from om_lib.errors import ModelError
-from om_lib.llm import ModelRequest, ModelResponse
+from om_lib.llm import ModelRequest, ModelResponse, Usage
 
 Answer = str | ModelError | Callable[[ModelRequest], str]
 
@@ -52,4 +52,7 @@ class ScriptedModel:
         if isinstance(answer, ModelError):
             raise answer
         text = answer(request) if callable(answer) else answer
-        return ModelResponse(text=text, model=f'scripted/{model_id}')
+        # A usage a provider would report: about four characters a token (lifecycle events carry it).
+        prompt = sum(len(p) for c in request.contents for p in c.parts if isinstance(p, str)) + len(request.system)
+        usage = Usage(input_tokens=prompt // 4 + 1, output_tokens=len(text) // 4 + 1)
+        return ModelResponse(text=text, model=f'scripted/{model_id}', usage=usage)

@@ -50,7 +50,8 @@ def resources(template: Any) -> Resources:
 
 
 # One stack with every opt-in and opt-out at once (synthesised once): a throwaway stack, all models offline, API keys,
-# an operator role, no reserved concurrency, other throttling, the memory inspector served, allowed web origins.
+# an operator role, no reserved concurrency, other throttling, the memory inspector served, allowed web origins, a
+# queue behind a rule on the lifecycle bus.
 VARIANT = {
     'removalPolicy': 'destroy',
     'omConfig': '{"model": "offline", "actorModel": "offline"}',
@@ -62,6 +63,7 @@ VARIANT = {
     'wafRateLimit': '500',
     'inspector': 'true',
     'allowedOrigins': 'https://app.example.com,http://localhost:5173',
+    'lifecycleEventsQueue': 'true',
 }
 
 

@@ -202,6 +202,9 @@ def test_the_conversation_exercised_every_function(observed: dict[str, set[tuple
     # Every function that calls a model read the key itself (the cache is off), and the sweeper never did.
     readers = {f for f, calls in observed.items() if any(a == 'secretsmanager:GetSecretValue' for a, _ in calls)}
     assert {'api', 'buffer_worker', 'reflection'} <= readers and 'sweeper' not in readers
+    # Each function that makes memory outcomes published them itself.
+    publishers = {f for f, calls in observed.items() if any(a == 'events:PutEvents' for a, _ in calls)}
+    assert {'api', 'buffer_worker', 'reflection'} <= publishers and 'sweeper' not in publishers
 
 
 @pytest.mark.parametrize('spec', ALL_FUNCTIONS, ids=lambda spec: spec.construct_id)
@@ -229,5 +232,7 @@ def test_every_call_a_function_makes_is_allowed_to_its_role(
             assert any(construct in g and 'DeadLetter' not in g for g in grants), (spec.construct_id, action)
         elif kind == 'state-machine':
             assert any(':stateMachine:' in g and '-reflection' in g for g in grants), (spec.construct_id, action)
+        elif kind == 'event-bus':  # the local stack's bus: `<prefix>-lifecycle`, the deployed `<stack>-lifecycle`
+            assert any('event-bus/' in g and '-lifecycle' in g for g in grants), (spec.construct_id, action)
         if service in {'dynamodb', 's3', 'sqs', 'secretsmanager'}:
             assert service in key_services, f'{spec.construct_id} calls {service} but may not use the key through it'

@@ -199,7 +199,8 @@ def test_alarms_cover_dead_letters_executions_functions_and_the_api(resources: R
     by_metric: dict[str, list[dict[str, Any]]] = {}
     for alarm in alarms:
         by_metric.setdefault(alarm.get('MetricName', 'math'), []).append(alarm)
-    assert len(by_metric['ApproximateNumberOfMessagesVisible']) == 2  # the jobs' and the upload events' dead letters
+    # The jobs', the upload events' and the lifecycle bus's dead letters.
+    assert len(by_metric['ApproximateNumberOfMessagesVisible']) == 3
     for metric in ('ExecutionsFailed', 'ExecutionsTimedOut'):
         assert len(by_metric[metric]) == 1
     functions = set(_ours(resources))

@@ -79,6 +79,7 @@ def test_each_function_role_grants_exactly_its_declared_access(resources: Resour
         expected |= set(access.object_actions) | ({'s3:ListBucket'} if access.lists_bucket else set())
         expected |= {'sqs:SendMessage'} if access.sends_jobs else set()
         expected |= {'states:StartExecution'} if access.starts_reflections else set()
+        expected |= {'events:PutEvents'} if access.publishes_events else set()
         expected |= {'secretsmanager:GetSecretValue'} if access.model_roles else set()
         if access.consumes_jobs or access.consumes_upload_events:  # the event source mapping's own grant
             expected |= {'sqs:ReceiveMessage', 'sqs:ChangeMessageVisibility', 'sqs:GetQueueUrl', 'sqs:DeleteMessage'}
@@ -186,7 +187,10 @@ def test_one_customer_managed_key_with_rotation_encrypts_everything_stored(templ
     (rule,) = bucket['BucketEncryption']['ServerSideEncryptionConfiguration']
     assert rule['ServerSideEncryptionByDefault'] == {'SSEAlgorithm': 'aws:kms', 'KMSMasterKeyID': arn}
     queues = of_type(resources, 'AWS::SQS::Queue')
-    assert len(queues) == 4 and all(q['KmsMasterKeyId'] == arn for q in queues.values())
+    # The work queue, the upload events' queue, a dead-letter queue for each, and the lifecycle bus's dead letters.
+    assert len(queues) == 5 and all(q['KmsMasterKeyId'] == arn for q in queues.values())
+    (bus,) = of_type(resources, 'AWS::Events::EventBus').values()
+    assert bus['KmsKeyIdentifier'] == arn
     log_groups = of_type(resources, 'AWS::Logs::LogGroup')
     # Six functions, the state machine's logs and the API's access logs.
     assert len(log_groups) == 8 and all(g['KmsKeyId'] == arn for g in log_groups.values())
@@ -212,10 +216,13 @@ def test_the_key_policy_lets_only_the_stacks_roles_and_cloudwatch_use_the_key(re
             assert service in ('cloudwatch.amazonaws.com', 'events.amazonaws.com') or 'logs.' in json.dumps(service)
             if 'logs.' in json.dumps(service):
                 assert 'kms:EncryptionContext:aws:logs:arn' in json.dumps(statement['Condition'])
-            if service == 'events.amazonaws.com':  # EventBridge, for the upload rule's queue only
+            if service == 'events.amazonaws.com' and actions == {'kms:DescribeKey'}:  # checking the bus's key
+                assert statement['Condition'] == {'StringEquals': {'aws:SourceAccount': {'Ref': 'AWS::AccountId'}}}
+            elif service == 'events.amazonaws.com':  # the upload rule's queue, the lifecycle bus and its dead letters
                 assert actions == {'kms:Decrypt', 'kms:GenerateDataKey'}, statement
                 source = json.dumps(statement['Condition']['ArnEquals']['aws:SourceArn'])
-                assert ':rule/' in source and '-orphan-uploads' in source, statement
+                rule = ':rule/' in source and '-orphan-uploads' in source
+                assert rule or ':event-bus/' in source and '-lifecycle' in source, statement
             continue
         # A role: one of the functions' (through its services only), or the deployment role (DynamoDB and
         # Secrets Manager only, to create the table and the secret).

@@ -123,7 +123,8 @@ def test_bucket_is_private_encrypted_tls_only_with_lifecycle_rules(template: Any
 
 def test_work_queue_is_encrypted_fifo_with_a_dead_letter_queue(resources: Resources) -> None:
     queues = of_type(resources, 'AWS::SQS::Queue')
-    assert len(queues) == 4  # the work queue, the upload events' queue, and a dead-letter queue for each
+    # The work queue, the upload events' queue, a dead-letter queue for each, and the lifecycle bus's dead letters.
+    assert len(queues) == 5
     dlq_id = _ref(resources, 'AWS::SQS::Queue', 'WorkQueueDeadLetterQueue')
     work = queues[_ref(resources, 'AWS::SQS::Queue', 'WorkQueue')]
     assert work['FifoQueue'] is True and queues[dlq_id]['FifoQueue'] is True

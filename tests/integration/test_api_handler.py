@@ -301,7 +301,7 @@ def test_resource_threads_list_filters_and_orders(api: Api) -> None:
     assert status == 200, body
     assert [t['id'] for t in body['threads']] == ['t-a', 't-b']
     assert body['hasMore'] is False
-    assert set(body['threads'][0]) == {'id', 'resourceId', 'title', 'createdAt', 'updatedAt', 'metadata'}
+    assert set(body['threads'][0]) == {'id', 'resourceId', 'title', 'titlePinned', 'createdAt', 'updatedAt', 'metadata'}
     # The sample event filters on metadata.project=travel: no thread carries it.
     status, filtered, _ = api.call('resource_threads_list')
     assert status == 200 and filtered['threads'] == []

@@ -46,7 +46,7 @@ def test_create_then_get_a_thread(api: Api) -> None:
 
     assert status == 201, body
     thread = body['thread']
-    assert set(thread) == {'id', 'resourceId', 'title', 'createdAt', 'updatedAt', 'metadata'}
+    assert set(thread) == {'id', 'resourceId', 'title', 'titlePinned', 'createdAt', 'updatedAt', 'metadata'}
     assert (thread['id'], thread['resourceId'], thread['title']) == ('trip-planning', RESOURCE, 'Lisbon trip')
     assert thread['metadata'] == {'project': 'travel'} and thread['createdAt'].endswith('Z')
     status, got = get_thread(api, 'trip-planning')

@@ -217,3 +217,29 @@ def test_deleting_observed_messages_drops_that_threads_sections_and_observes_the
     h.engine.observe_now('r1', 'gone')
     head = record(h)
     assert 'second message' in head.active_observations and 'forget this fact' not in head.active_observations
+
+
+def test_imported_history_goes_into_the_threads_section_and_leaves_it_pending():
+    from datetime import UTC, datetime
+
+    from om_lib.messages import Message
+
+    h = harness(resource_config(message_tokens=200))
+    h.step(h.user('hello from A'), thread='A')
+    imported = [
+        Message.model_validate(
+            {
+                'id': 'x1',
+                'role': 'user',
+                'createdAt': datetime(2019, 5, 4, tzinfo=UTC).isoformat(),
+                'content': 'I lived in Lisbon for years',
+            }
+        )
+    ]
+    _, parts = h.engine.observe_imported('r1', 'A', imported)
+    assert [p.kind() for p in parts] == ['data-om-observation-start', 'data-om-observation-end']
+    head = record(h)
+    assert '<thread id="A">' in head.active_observations and 'I lived in Lisbon' in head.active_observations
+    assert head.cursors.get('A', 0) == 0 and [g.kind for g in head.groups] == ['import']
+    assert [p.thread_id for p in h.store.list_pending_threads('r1')] == ['A']  # its own message is still pending
+    assert h.engine.observe_imported('r1', 'A', imported)[1].to_json() == []  # the same import, once

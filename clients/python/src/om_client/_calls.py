@@ -28,6 +28,7 @@ from om_client.models import (
     Health,
     Include,
     MemoryGenerations,
+    MemoryOperation,
     MemoryStatus,
     MessageLike,
     MessagesPage,
@@ -189,12 +190,14 @@ class Calls:
         resource_id: str | None,
         step_number: int | None,
         read_only: bool | None,
+        actor_model: str | None = None,
     ) -> Call[StepResult]:
         body = {
             'resourceId': self.resource(resource_id),
             'messages': messages_wire(messages),
             'stepNumber': step_number,
             'readOnly': read_only,
+            'actorModel': actor_model,
         }
         return Call('POST', f'/threads/{_seg("threadId", thread_id)}/steps', _model(StepResult), body=_clean(body))
 
@@ -236,6 +239,33 @@ class Calls:
         params = _clean({'resourceId': self.resource(resource_id), 'limit': limit})
         path = f'/threads/{_seg("threadId", thread_id)}/memory/generations'
         return Call('GET', path, _model(MemoryGenerations), params=params)
+
+    def observe(
+        self, thread_id: str, messages: Sequence[MessageLike] | None, *, resource_id: str | None
+    ) -> Call[MemoryOperation]:
+        imported = None
+        if messages:
+            imported = messages_wire(messages)
+            missing = [m['id'] for m in imported if not m.get('createdAt')]
+            if missing:
+                raise ValueError(
+                    f'imported messages need created_at (when they were said): {", ".join(missing[:5])} have none'
+                )
+        body = _clean({'resourceId': self.resource(resource_id), 'messages': imported})
+        path = f'/threads/{_seg("threadId", thread_id)}/memory/observe'
+        # Idempotent: the same import is observed once (the server keys it by content and dates), and observing the
+        # thread's own messages twice finds nothing left the second time.
+        return Call('POST', path, _model(MemoryOperation), body=body)
+
+    def reflect(self, thread_id: str, *, resource_id: str | None) -> Call[MemoryOperation]:
+        body = {'resourceId': self.resource(resource_id)}
+        path = f'/threads/{_seg("threadId", thread_id)}/memory/reflect'
+        return Call('POST', path, _model(MemoryOperation), body=body)
+
+    def buffer(self, thread_id: str, *, resource_id: str | None) -> Call[MemoryOperation]:
+        body = {'resourceId': self.resource(resource_id)}
+        path = f'/threads/{_seg("threadId", thread_id)}/memory/buffer'
+        return Call('POST', path, _model(MemoryOperation), body=body)
 
     def messages(self, thread_id: str, *, resource_id: str | None, page: int, per_page: int) -> Call[MessagesPage]:
         params = {'resourceId': self.resource(resource_id), 'page': page, 'perPage': per_page}
@@ -437,6 +467,9 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ('POST', '/threads/{threadId}/chat/stream'),
     ('GET', '/threads/{threadId}/memory'),
     ('GET', '/threads/{threadId}/memory/generations'),
+    ('POST', '/threads/{threadId}/memory/observe'),
+    ('POST', '/threads/{threadId}/memory/reflect'),
+    ('POST', '/threads/{threadId}/memory/buffer'),
     ('GET', '/threads/{threadId}/messages'),
     ('POST', '/threads/{threadId}/messages/query'),
     ('DELETE', '/threads/{threadId}/messages'),

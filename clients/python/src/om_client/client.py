@@ -55,6 +55,7 @@ from om_client.models import (
     ImagePart,
     Include,
     MemoryGenerations,
+    MemoryOperation,
     MemoryStatus,
     Message,
     MessageLike,
@@ -311,10 +312,20 @@ class MemoryClient(_Base):
         resource_id: str | None = None,
         step_number: int | None = None,
         read_only: bool | None = None,
+        actor_model: str | None = None,
     ) -> StepResult:
-        """Save a step's new input (plain strings are user messages) and get the Actor's context."""
+        """Save a step's new input (plain strings are user messages) and get the Actor's context. `actor_model`
+        (`provider/model`): the model your Actor calls, which `activateAfterIdle: "auto"` and
+        `activateOnProviderChange` use."""
         return self.send(
-            self.calls.step(thread_id, messages, resource_id=resource_id, step_number=step_number, read_only=read_only)
+            self.calls.step(
+                thread_id,
+                messages,
+                resource_id=resource_id,
+                step_number=step_number,
+                read_only=read_only,
+                actor_model=actor_model,
+            )
         )
 
     def turn(self, thread_id: str, messages: Sequence[MessageLike], *, resource_id: str | None = None) -> TurnResult:
@@ -353,6 +364,22 @@ class MemoryClient(_Base):
     ) -> MemoryGenerations:
         """The memory's generations, newest first: the current one, then the earlier ones (`limit` at most)."""
         return self.send(self.calls.memory_generations(thread_id, resource_id=resource_id, limit=limit))
+
+    def observe(
+        self, thread_id: str, messages: Sequence[MessageLike] | None = None, *, resource_id: str | None = None
+    ) -> MemoryOperation:
+        """Observe now: the thread's unobserved messages (below the threshold too), or, with `messages`, history
+        imported from another system (each with its `created_at`), observed into the thread's memory without being
+        added to its messages. The same import twice is observed once."""
+        return self.send(self.calls.observe(thread_id, messages, resource_id=resource_id))
+
+    def reflect(self, thread_id: str, *, resource_id: str | None = None) -> MemoryOperation:
+        """Reflect the memory now (below the threshold too); a log just reflected is left alone."""
+        return self.send(self.calls.reflect(thread_id, resource_id=resource_id))
+
+    def buffer(self, thread_id: str, *, resource_id: str | None = None) -> MemoryOperation:
+        """Buffer the thread's unbuffered messages now, as one chunk (thread scope with buffering on)."""
+        return self.send(self.calls.buffer(thread_id, resource_id=resource_id))
 
     def messages(
         self, thread_id: str, *, resource_id: str | None = None, page: int = 0, per_page: int = 100
@@ -455,7 +482,8 @@ class MemoryClient(_Base):
     def update_thread(
         self, thread_id: str, *, resource_id: str | None = None, title: Any = UNSET, metadata: Any = UNSET
     ) -> Thread:
-        """Change the title (None removes it) and/or replace the metadata; what is left out stays."""
+        """Change the title (None removes it) and/or replace the metadata; what is left out stays. A title set here
+        is pinned: generated titles never replace it; None un-pins."""
         return self.send(self.calls.update_thread(thread_id, resource_id=resource_id, title=title, metadata=metadata))
 
     def clone_thread(
@@ -663,10 +691,18 @@ class AsyncMemoryClient(_Base):
         resource_id: str | None = None,
         step_number: int | None = None,
         read_only: bool | None = None,
+        actor_model: str | None = None,
     ) -> StepResult:
-        """Save a step's new input (plain strings are user messages) and get the Actor's context."""
+        """`MemoryClient.step`."""
         return await self.send(
-            self.calls.step(thread_id, messages, resource_id=resource_id, step_number=step_number, read_only=read_only)
+            self.calls.step(
+                thread_id,
+                messages,
+                resource_id=resource_id,
+                step_number=step_number,
+                read_only=read_only,
+                actor_model=actor_model,
+            )
         )
 
     async def turn(
@@ -703,6 +739,20 @@ class AsyncMemoryClient(_Base):
     ) -> MemoryGenerations:
         """The memory's generations, newest first: the current one, then the earlier ones (`limit` at most)."""
         return await self.send(self.calls.memory_generations(thread_id, resource_id=resource_id, limit=limit))
+
+    async def observe(
+        self, thread_id: str, messages: Sequence[MessageLike] | None = None, *, resource_id: str | None = None
+    ) -> MemoryOperation:
+        """`MemoryClient.observe`."""
+        return await self.send(self.calls.observe(thread_id, messages, resource_id=resource_id))
+
+    async def reflect(self, thread_id: str, *, resource_id: str | None = None) -> MemoryOperation:
+        """`MemoryClient.reflect`."""
+        return await self.send(self.calls.reflect(thread_id, resource_id=resource_id))
+
+    async def buffer(self, thread_id: str, *, resource_id: str | None = None) -> MemoryOperation:
+        """`MemoryClient.buffer`."""
+        return await self.send(self.calls.buffer(thread_id, resource_id=resource_id))
 
     async def messages(
         self, thread_id: str, *, resource_id: str | None = None, page: int = 0, per_page: int = 100
@@ -806,7 +856,8 @@ class AsyncMemoryClient(_Base):
     async def update_thread(
         self, thread_id: str, *, resource_id: str | None = None, title: Any = UNSET, metadata: Any = UNSET
     ) -> Thread:
-        """Change the title (None removes it) and/or replace the metadata; what is left out stays."""
+        """Change the title (None removes it) and/or replace the metadata; what is left out stays. A title set here
+        is pinned: generated titles never replace it; None un-pins."""
         return await self.send(
             self.calls.update_thread(thread_id, resource_id=resource_id, title=title, metadata=metadata)
         )

@@ -225,6 +225,24 @@ class StepResult(_WithParts):
     tools: list[ToolDeclaration] = Field(default_factory=list)
 
 
+class MemoryOperation(WireModel):
+    """`POST /threads/{id}/memory/observe | reflect | buffer`: what the operation did and its `data-om-*` parts.
+
+    `status`: `done`, `nothing_to_do` (a retry, or nothing left), `busy` (another worker held the memory past the
+    request's budget: retry later) or `failed` (the model failed; nothing changed).
+    """
+
+    status: Literal['done', 'nothing_to_do', 'busy', 'failed']
+    generation_count: int = 0
+    observation_tokens: int = 0
+    parts: list[DataPart] = Field(default_factory=list)
+
+    def parts_of(self, kind: str) -> list[DataPart]:
+        """The parts of one type, e.g. `parts_of('observation-end')`."""
+        kind = kind if kind.startswith('data-') else f'data-om-{kind}'
+        return [p for p in self.parts if p.type == kind]
+
+
 class TurnResult(_WithParts):
     """`POST /threads/{id}/turns`: the ids saved, and background work scheduled (`data-om-scheduled`)."""
 
@@ -356,11 +374,12 @@ class MessagesQueryResult(WireModel):
 
 
 class Thread(WireModel):
-    """A thread."""
+    """A thread. `title_pinned`: the title was set through `update_thread`, so generated titles never replace it."""
 
     id: str
     resource_id: str
     title: str | None = None
+    title_pinned: bool = False
     created_at: datetime
     updated_at: datetime
     metadata: dict[str, Any] = Field(default_factory=dict)

@@ -10,6 +10,9 @@ Tools (all for the one `--resource-id`):
 - `search` — messages closest in meaning to a query, across the resource's threads; listed only when the service
   has vectors on (`retrieval: {vector: true}`), which `--search auto` (the default) asks the service at start-up.
 - `list_threads` — the resource's threads, newest activity first.
+- With `--operations`: `observe` (`{threadId, messages?}`: the thread's unobserved messages now, or imported history
+  with its dates, observed without being added to the thread), `reflect` and `buffer` (`{threadId}`): memory work run
+  now. They change the memory (nothing is deleted), so they are offered only when asked for.
 
 It serves stdio by default (what desktop assistants and IDE agents start); nothing but the protocol goes to stdout.
 """
@@ -31,10 +34,10 @@ from om_client._version import __version__
 from om_client.auth import BearerAuth
 from om_client.client import AsyncMemoryClient, MemoryClient
 from om_client.errors import APIError, ConnectionFailed, InvalidRequest, NotFound, RetrievalDisabled
-from om_client.models import MemoryStatus, ThreadsPage
+from om_client.models import MemoryOperation, MemoryStatus, ThreadsPage
 from om_client.tools import RECALL_DESCRIPTION, recall_answer
 
-__all__ = ['build_server', 'format_memory', 'format_threads', 'main', 'vectors_enabled']
+__all__ = ['build_server', 'format_memory', 'format_operation', 'format_threads', 'main', 'vectors_enabled']
 
 logger = logging.getLogger('om_client.mcp')
 
@@ -42,6 +45,10 @@ INSTRUCTIONS = (
     "Read-only access to the user's Observational Memory: dated, prioritised observations of past conversations "
     '(`memory`), the raw messages behind them (`recall`), their conversations (`list_threads`) and, when available, '
     'a search by meaning (`search`). Start with `list_threads`, then `memory` for a thread.'
+)
+OPERATIONS_INSTRUCTIONS = (
+    ' `observe`, `reflect` and `buffer` run memory work now: observe a thread (or history imported from elsewhere, '
+    'each message with its createdAt), condense its observations, or buffer them for later.'
 )
 
 
@@ -85,14 +92,36 @@ def format_threads(page: ThreadsPage, page_number: int) -> str:
     return '\n'.join(lines)
 
 
+def format_operation(operation: str, thread_id: str, result: MemoryOperation) -> str:
+    """What an operation did, as text: its status, the memory's size after it, and the outcomes it reported."""
+    lines = [
+        f'{operation} on thread {thread_id}: {result.status.replace("_", " ")} '
+        f'(generation {result.generation_count}, {result.observation_tokens} observation tokens)'
+    ]
+    for part in result.parts:
+        data = part.data
+        kind = part.type.removeprefix('data-om-')
+        if kind.endswith('-failed'):
+            lines.append(f'- {kind}: {data.get("reason", "error")}: {data.get("error", "")}')
+        elif kind in ('observation-end', 'buffering-end', 'activation'):
+            lines.append(f'- {kind} ({data.get("operationType", "observation")})')
+    return '\n'.join(lines)
+
+
 def _tool_error(exc: APIError | ConnectionFailed) -> ToolError:
     return ToolError(exc.message if isinstance(exc, APIError) else str(exc))
 
 
-def build_server(client: AsyncMemoryClient, resource_id: str, *, search: bool) -> MCPServer[Any]:
-    """The MCP server with its tools bound to one resource (`search` only when the service has vectors)."""
+def build_server(
+    client: AsyncMemoryClient, resource_id: str, *, search: bool, operations: bool = False
+) -> MCPServer[Any]:
+    """The MCP server with its tools bound to one resource (`search` only when the service has vectors; `observe`,
+    `reflect` and `buffer` only with `operations`)."""
     server: MCPServer[Any] = MCPServer(
-        name='observational-memory', version=__version__, instructions=INSTRUCTIONS, log_level='WARNING'
+        name='observational-memory',
+        version=__version__,
+        instructions=INSTRUCTIONS + (OPERATIONS_INSTRUCTIONS if operations else ''),
+        log_level='WARNING',
     )
 
     async def recall(
@@ -159,6 +188,29 @@ def build_server(client: AsyncMemoryClient, resource_id: str, *, search: bool) -
             raise _tool_error(exc) from exc
         return recall_answer(result)
 
+    async def observe(threadId: str, messages: list[dict[str, Any]] | None = None) -> str:  # noqa: N803
+        try:
+            result = await client.observe(threadId, messages, resource_id=resource_id)
+        except (APIError, ConnectionFailed) as exc:
+            raise _tool_error(exc) from exc
+        except ValueError as exc:  # a message the client refuses before sending (e.g. no createdAt)
+            raise ToolError(str(exc)) from exc
+        return format_operation('observe', threadId, result)
+
+    async def reflect(threadId: str) -> str:  # noqa: N803
+        try:
+            result = await client.reflect(threadId, resource_id=resource_id)
+        except (APIError, ConnectionFailed) as exc:
+            raise _tool_error(exc) from exc
+        return format_operation('reflect', threadId, result)
+
+    async def buffer(threadId: str) -> str:  # noqa: N803
+        try:
+            result = await client.buffer(threadId, resource_id=resource_id)
+        except (APIError, ConnectionFailed) as exc:
+            raise _tool_error(exc) from exc
+        return format_operation('buffer', threadId, result)
+
     server.add_tool(recall, name='recall', description=RECALL_DESCRIPTION + ' threadId is required here.')
     server.add_tool(
         memory,
@@ -170,6 +222,22 @@ def build_server(client: AsyncMemoryClient, resource_id: str, *, search: bool) -
         name='list_threads',
         description="The user's threads (conversations), newest activity first: ids to pass to memory and recall.",
     )
+    if operations:
+        server.add_tool(
+            observe,
+            name='observe',
+            description='Observe a thread now: its unobserved messages, or (`messages`: [{role, content, createdAt}]) '
+            "history imported from elsewhere, observed into the thread's memory with its own dates and never added "
+            'to its messages. The same import twice is observed once.',
+        )
+        server.add_tool(
+            reflect, name='reflect', description="Condense a thread's observations now (below the threshold too)."
+        )
+        server.add_tool(
+            buffer,
+            name='buffer',
+            description="Buffer a thread's unbuffered messages now, as observations that activate later.",
+        )
     if search:
         server.add_tool(
             search_messages,
@@ -234,6 +302,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default='auto',
         help='offer the search tool: auto asks the service whether it has vectors',
     )
+    parser.add_argument(
+        '--operations',
+        action='store_true',
+        help='also offer observe, reflect and buffer (they change the memory; read-only without this flag)',
+    )
     return parser.parse_args(argv)
 
 
@@ -250,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (APIError, ConnectionFailed) as exc:
             logger.warning('could not ask the service whether it has vectors (%s); the search tool is off', exc)
     client = AsyncMemoryClient(args.api_url, auth=auth, region=args.region, resource_id=args.resource_id)
-    server = build_server(client, args.resource_id, search=search)
+    server = build_server(client, args.resource_id, search=search, operations=args.operations)
     if args.http is not None:
         server.run('streamable-http', host=args.host, port=args.http)
     else:
