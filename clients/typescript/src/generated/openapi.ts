@@ -173,7 +173,7 @@ export interface paths {
         head?: never;
         /**
          * Update a thread’s title and metadata
-         * @description Fields left out stay as they are. `metadata` replaces the stored object as a whole (send every key you want to keep; `null` or `{}` empties it). `title: null` removes the title. With working memory on, `metadata.workingMemory` updates the working memory (as `PUT .../working-memory` does) and is not kept in the metadata; an invalid one is refused (422) and nothing is written.
+         * @description Fields left out stay as they are. `metadata` replaces the stored object as a whole (send every key you want to keep; `null` or `{}` empties it). A title set here is pinned (`titlePinned`): titles the Observer suggests or `generateTitle` writes never replace it; `title: null` (or an empty title) removes it and un-pins the thread. With working memory on, `metadata.workingMemory` updates the working memory (as `PUT .../working-memory` does) and is not kept in the metadata; an invalid one is refused (422) and nothing is written.
          */
         patch: operations["patch_thread_threads__threadId__patch"];
         trace?: never;
@@ -229,6 +229,66 @@ export interface paths {
          * @description A page of messages (oldest first; `perPage: false` for all, `0` for only the included ones), filtered by `dateRange` on `createdAt` (inclusive), plus each `include` message with its `withPreviousMessages` / `withNextMessages` neighbours. `vectorSearchString` (with `semanticRecall` or `retrieval: {vector: true}`, else 422) adds the `topK` messages closest in meaning, each with `messageRange` neighbours, from this thread or (scope `resource`) all of the resource’s threads; other threads’ messages come first.
          */
         post: operations["query_messages_threads__threadId__messages_query_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/threads/{threadId}/memory/observe": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Observe now (the thread’s unobserved messages, or imported history)
+         * @description Without `messages`: the thread’s unobserved messages are observed now, below the threshold too. With `messages`: history imported from another system, each message with its `createdAt`, is observed into this thread’s memory (dated by those times) and never added to the thread’s messages; at most `observation.messageTokens` tokens per call (else 413: send it in parts, oldest first). The same import twice is observed once (`nothing_to_do`), whatever its message ids. The thread must exist.
+         */
+        post: operations["post_observe_threads__threadId__memory_observe_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/threads/{threadId}/memory/reflect": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Reflect now
+         * @description The Reflector condenses the observations now, below `reflection.observationTokens` too. A log a reflection made that has not grown since is not reflected again (`nothing_to_do`), so a retry costs nothing.
+         */
+        post: operations["post_reflect_threads__threadId__memory_reflect_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/threads/{threadId}/memory/buffer": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Buffer now
+         * @description The thread’s unbuffered messages are observed now into one buffered chunk, which activates like any other (at the threshold, or on idle). Only where observations are buffered (thread scope with `observation.bufferTokens`): else 422 `buffering_disabled`. A buffering job already running for the thread is not doubled (`busy`).
+         */
+        post: operations["post_buffer_threads__threadId__memory_buffer_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -742,6 +802,28 @@ export interface components {
             size?: number | null;
         };
         /**
+         * ImportedMessageIn
+         * @description A message imported from elsewhere: its `createdAt` (when it was said) is required; it dates the observations.
+         */
+        ImportedMessageIn: {
+            /** Id */
+            id?: string | null;
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "user" | "assistant" | "system" | "tool";
+            /**
+             * Createdat
+             * Format: date-time
+             */
+            createdAt: string;
+            /** Content */
+            content?: string | null;
+            /** Parts */
+            parts?: (components["schemas"]["TextPart"] | components["schemas"]["ImagePart"] | components["schemas"]["FilePart"] | components["schemas"]["ToolCallPart"] | components["schemas"]["ToolResultPart"] | components["schemas"]["ReasoningPart"])[] | null;
+        };
+        /**
          * IncludeIn
          * @description A message to include by id, with context around it (by arrival order).
          */
@@ -784,6 +866,34 @@ export interface components {
              * @enum {string}
              */
             omStatus: "observed" | "buffered" | "unobserved";
+        };
+        /**
+         * MemoryOperationIn
+         * @description `POST /threads/{threadId}/memory/reflect` and `…/memory/buffer`.
+         */
+        MemoryOperationIn: {
+            /** Resourceid */
+            resourceId: string;
+        };
+        /**
+         * MemoryOperationOut
+         * @description What an operation asked for did, and its `data-om-*` parts.
+         */
+        MemoryOperationOut: {
+            /**
+             * Status
+             * @description `done`: something was observed, reflected or buffered; `nothing_to_do`: nothing was left (a retry of a request that was done, or nothing new); `busy`: another worker held the memory past this request's budget (retry later); `failed`: the model failed, nothing changed (the parts say why).
+             * @enum {string}
+             */
+            status: "done" | "nothing_to_do" | "busy" | "failed";
+            /** Generationcount */
+            generationCount: number;
+            /** Observationtokens */
+            observationTokens: number;
+            /** Parts */
+            parts: {
+                [key: string]: unknown;
+            }[];
         };
         /**
          * MemoryOut
@@ -949,6 +1059,16 @@ export interface components {
             at: string;
             /** Threadid */
             threadId?: string | null;
+        };
+        /**
+         * ObserveIn
+         * @description `POST /threads/{threadId}/memory/observe`: observe now; with `messages`, messages imported from elsewhere.
+         */
+        ObserveIn: {
+            /** Resourceid */
+            resourceId: string;
+            /** Messages */
+            messages?: components["schemas"]["ImportedMessageIn"][] | null;
         };
         /**
          * QuietSweepOut
@@ -1120,6 +1240,8 @@ export interface components {
              * @default false
              */
             readOnly?: boolean;
+            /** Actormodel */
+            actorModel?: string | null;
         };
         /**
          * StepsOut
@@ -1205,6 +1327,11 @@ export interface components {
             resourceId: string;
             /** Title */
             title: string | null;
+            /**
+             * Titlepinned
+             * @description The title was set through `PATCH /threads/{threadId}`: generated titles never replace it.
+             */
+            titlePinned: boolean;
             /**
              * Createdat
              * Format: date-time
@@ -2777,6 +2904,330 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["MessagesQueryOut"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Unsupported Media Type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    post_observe_threads__threadId__memory_observe_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The conversation; thread ids are scoped to their resource. */
+                threadId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ObserveIn"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryOperationOut"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Unsupported Media Type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    post_reflect_threads__threadId__memory_reflect_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The conversation; thread ids are scoped to their resource. */
+                threadId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MemoryOperationIn"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryOperationOut"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Unsupported Media Type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    post_buffer_threads__threadId__memory_buffer_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The conversation; thread ids are scoped to their resource. */
+                threadId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MemoryOperationIn"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryOperationOut"];
                 };
             };
             /** @description Bad Request */
