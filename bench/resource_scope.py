@@ -34,12 +34,12 @@ from om_lib.adapters.dynamodb_store import DynamoMemoryStore  # noqa: E402
 from om_lib.adapters.tiktoken_counter import get_tokenizer  # noqa: E402
 from om_lib.clock import ManualClock  # noqa: E402
 from om_lib.config import OMConfig  # noqa: E402
+from om_lib.context.tokens import TokenCounter  # noqa: E402
 from om_lib.engine import MemoryEngine  # noqa: E402
 from om_lib.messages import Message  # noqa: E402
 from om_lib.model_router import ModelRouter  # noqa: E402
 from om_lib.offline_model import OfflineLanguageModel  # noqa: E402
 from om_lib.records import OMRecord  # noqa: E402
-from om_lib.tokens import TokenCounter  # noqa: E402
 
 
 def message(mid: str) -> Message:

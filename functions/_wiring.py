@@ -267,8 +267,8 @@ def engine() -> MemoryEngine:
     """The memory engine over the store, the model router, the o200k counter and the background work."""
     from om_lib.adapters.s3_blobs import S3BlobReader
     from om_lib.clock import SystemClock
+    from om_lib.context.tokens import TokenCounter
     from om_lib.model_router import ModelRouter
-    from om_lib.tokens import TokenCounter
 
     clock = SystemClock()
     s = settings()

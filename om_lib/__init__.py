@@ -2,7 +2,7 @@
 
 `om_lib.OMConfig` is the configuration document (CONTRACT §1), `om_lib.MemoryEngine` the engine over your ports and
 `om_lib.MemoryService` the façade the API and workers call (steps, turns, chat, memory, history, threads). They are
-resolved lazily, so importing a light submodule (say `om_lib.tokens`) does not pay for pydantic's models.
+resolved lazily, so importing a light submodule (say `om_lib.context.tokens`) does not pay for pydantic's models.
 """
 
 from __future__ import annotations

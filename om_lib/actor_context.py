@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from om_lib import buffering as buf
-from om_lib import context as ctx
-from om_lib import temporal
 from om_lib.archive import catalog_line
+from om_lib.context import context as ctx
+from om_lib.context import temporal
 from om_lib.messages import Message, TextPart
 from om_lib.parts import BufferedWindows, Status
 from om_lib.record_writer import lease_active
@@ -59,7 +59,7 @@ def visible_messages(
     rt: Runtime, record: OMRecord, unobserved: Sequence[Message], step_input: Sequence[Message]
 ) -> list[Message]:
     """The Actor's messages: the reminder (when there are observations), then the unobserved messages in order, with a
-    temporal gap marker before each message that follows a gap (`temporalMarkers`, om_lib/temporal.py).
+    temporal gap marker before each message that follows a gap (`temporalMarkers`, om_lib/context/temporal.py).
 
     The step's own new user input is never taken away: a step does not observe it (it is observed with the turn that
     answers it), and one already observed earlier (a retried step) is still the message the Actor answers.

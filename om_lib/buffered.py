@@ -19,16 +19,16 @@ from dataclasses import replace
 from datetime import timedelta
 
 from om_lib import buffering as buf
-from om_lib import context as ctx
 from om_lib.background import deliver_background_parts, finish_background
+from om_lib.context import context as ctx
+from om_lib.context.idle import ActivationTrigger
+from om_lib.context.thresholds import resolve_retention_floor
 from om_lib.errors import ThreadNotFoundError
-from om_lib.idle import ActivationTrigger
 from om_lib.messages import Message
 from om_lib.observation import Backlog, ObservationPipeline, ThreadFailure, backlog_of, update_thread_hints
 from om_lib.parts import Activation, BufferingEnd, BufferingFailed, CycleParts, with_observations
 from om_lib.records import BufferedChunk, Lease, ObservationGroup, OMRecord, Thread
 from om_lib.runtime import Runtime, before_step_input, has_pending_tool_call
-from om_lib.thresholds import resolve_retention_floor
 from om_lib.work import Job
 
 logger = logging.getLogger(__name__)
@@ -59,8 +59,8 @@ class ObservationBuffering:
         """Activate buffered chunks when due, observe past blockAfter, queue the next slice; returns the new state
         and the messages the Actor sees.
 
-        `trigger`: the thread was idle past `activateAfterIdle`, or the Actor's model changed (om_lib/idle.py): every
-        buffered chunk is activated, below the threshold too (no model call).
+        `trigger`: the thread was idle past `activateAfterIdle`, or the Actor's model changed
+        (om_lib/context/idle.py): every buffered chunk is activated, below the threshold too (no model call).
 
         The step's own input is not buffered here: the turn that answers it buffers it together with the answer (one
         Observer call per turn instead of two); a client that never sends turns gets it buffered by its next step.

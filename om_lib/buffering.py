@@ -2,7 +2,7 @@
 and which lines a background reflection covers (reference spec §10–§12).
 
 Nothing here reads configuration, storage or clocks; the engine passes the numbers in. The boundary arithmetic
-itself (retention floor, projected removal, chunk selection, trigger intervals) lives in `om_lib.thresholds`.
+itself (retention floor, projected removal, chunk selection, trigger intervals) lives in `om_lib.context.thresholds`.
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from om_lib import context as ctx
 from om_lib import reflector as refl
-from om_lib.messages import Message
-from om_lib.records import BufferedChunk
-from om_lib.thresholds import (
+from om_lib.context import context as ctx
+from om_lib.context.thresholds import (
     calculate_projected_message_removal,
     resolve_activation_ratio,
     resolve_retention_floor,
     select_chunks_to_activate,
     should_trigger_async_observation,
 )
+from om_lib.messages import Message
+from om_lib.records import BufferedChunk
 
 __all__ = [
     'DEFAULT_BUFFER_ACTIVATION',

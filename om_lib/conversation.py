@@ -83,7 +83,7 @@ class Conversation:
 
         `read_only`: working memory is shown, but the Actor gets no tool to change it (this request only).
         `parts`: the collector to report into (with its live sink, if any); a new one by default.
-        `actor_model`: the model the Actor runs (`provider/model`), when the caller says (om_lib/idle.py).
+        `actor_model`: the model the Actor runs (`provider/model`), when the caller says (om_lib/context/idle.py).
         """
         step = self.engine.prepare_step(
             resource_id, thread_id, messages, step_number=step_number, parts=parts, actor_model=actor_model

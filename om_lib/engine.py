@@ -22,6 +22,7 @@ from typing import Any, Literal
 from om_lib import actor_context as actor
 from om_lib.buffered import ObservationBuffering
 from om_lib.config import OMConfig, ResolvedOMConfig
+from om_lib.context.tokens import TokenCounter
 from om_lib.errors import ThreadNotFoundError
 from om_lib.jobs import QUIET_AFTER, Jobs
 from om_lib.messages import Message, iso
@@ -36,7 +37,6 @@ from om_lib.resource_scope import reveal_thread_ids
 from om_lib.resource_view import ResourceView
 from om_lib.runtime import Runtime
 from om_lib.step import StepResult, Steps, TurnResult
-from om_lib.tokens import TokenCounter
 from om_lib.work import BackgroundWork, Job
 
 __all__ = ['MemoryEngine', 'OmStatus', 'ReflectionRejectedError', 'StepResult', 'TurnResult']

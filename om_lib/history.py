@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from om_lib import context as ctx
 from om_lib import forgetting
 from om_lib.config import SemanticRecallSettings
+from om_lib.context import context as ctx
 from om_lib.errors import InvalidInputError, ThreadNotFoundError
 from om_lib.messages import Message
 from om_lib.ports import MemoryStore

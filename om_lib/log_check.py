@@ -24,7 +24,7 @@ import re
 from collections import Counter
 from datetime import datetime
 
-from om_lib.context import parse_date_from_content
+from om_lib.context.context import parse_date_from_content
 
 _DATE_HEADER = re.compile(r'^\s*(?:[#*_>]+\s*)?Date:\s*(.+?)\s*$', re.IGNORECASE)
 # An observation line: a list item, a priority emoji, a `(10:00)` time or an `[O1]` anchor starting the line.

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from om_lib import context as ctx
 from om_lib import observer as obs
 from om_lib import resource_scope as rs
 from om_lib.buffering import live_chunks
+from om_lib.context import context as ctx
 from om_lib.errors import (
     DeadlineExceededError,
     ModelError,

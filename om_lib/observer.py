@@ -23,7 +23,8 @@ from typing import Any, Literal
 from urllib.parse import unquote, urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from om_lib import temporal
+from om_lib.context import temporal
+from om_lib.context.tokens import strip_encrypted_content
 from om_lib.log_check import observation_log_problem
 from om_lib.messages import (
     FilePart,
@@ -35,7 +36,6 @@ from om_lib.messages import (
     ToolResultPart,
     time_of,
 )
-from om_lib.tokens import strip_encrypted_content
 
 __all__ = [
     'DEFAULT_MAX_TOOL_RESULT_TOKENS',
@@ -502,7 +502,7 @@ def format_messages_for_observer(
         first_image_index: Number of the first image placeholder (lets multi-thread callers keep numbering unique).
         first_file_index: Number of the first file placeholder.
         temporal_gap_s: With temporal markers on, the smallest gap between two messages that gets a
-            `system-reminder` line saying how much time passed (om_lib/temporal.py).
+            `system-reminder` line saying how much time passed (om_lib/context/temporal.py).
 
     Returns:
         The transcript text and its attachments.

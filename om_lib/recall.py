@@ -22,6 +22,7 @@ from typing import Any, Literal, cast
 
 from om_lib.archive import page_archive
 from om_lib.config import RetrievalSettings
+from om_lib.context.tokens import TokenCounter
 from om_lib.errors import InvalidInputError
 from om_lib.llm import FunctionDeclaration
 from om_lib.messages import (
@@ -39,7 +40,6 @@ from om_lib.ports import MemoryStore
 from om_lib.resource_scope import ThreadIdCodec
 from om_lib.semantic import SearchResult, SemanticMemory
 from om_lib.threads import list_resource_threads
-from om_lib.tokens import TokenCounter
 
 Mode = Literal['messages', 'threads', 'search', 'observations']
 Detail = Literal['low', 'high']

@@ -18,12 +18,12 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from om_lib import buffering as buf
-from om_lib import context as ctx
 from om_lib import observer as obs
 from om_lib import reflector as refl
 from om_lib.background import finish_background
+from om_lib.context import context as ctx
+from om_lib.context.idle import ActivationTrigger
 from om_lib.errors import ModelError, ModelOutputError, VersionConflictError
-from om_lib.idle import ActivationTrigger
 from om_lib.llm import CallUsage, Content, ModelRequest, Usage, total_usage
 from om_lib.log_check import reflection_notes, reflection_problem
 from om_lib.parts import (

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from om_lib import context as ctx
+from om_lib.context import context as ctx
 from om_lib.observer import strip_thread_tags
 
 SHOWN_ID_HEX_CHARS = 12

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from om_lib.config import ResolvedOMConfig
+from om_lib.context.tokens import TokenCounter
 from om_lib.errors import DeadlineExceededError
 from om_lib.llm import CallUsage
 from om_lib.messages import Message, ToolCallPart, ToolResultPart
@@ -32,7 +33,6 @@ from om_lib.parts import (
 from om_lib.ports import BlobReader, Clock, MemoryStore
 from om_lib.record_writer import LeaseName, RecordWriter, lease_active
 from om_lib.records import FailureNote, OMRecord
-from om_lib.tokens import TokenCounter
 from om_lib.work import BackgroundWork, Job
 
 logger = logging.getLogger(__name__)

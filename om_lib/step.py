@@ -25,7 +25,7 @@ from datetime import datetime
 
 from om_lib import actor_context as actor
 from om_lib.background import deliver_background_parts
-from om_lib.idle import ActivationTrigger, IdleActivation, activation_trigger
+from om_lib.context.idle import ActivationTrigger, IdleActivation, activation_trigger
 from om_lib.ids import check_id
 from om_lib.messages import Message, now_of, time_of
 from om_lib.observation import MIN_SYNC_OBSERVATION_S, backlog_of
@@ -84,7 +84,7 @@ class Steps(MemoryRooms):
 
         `parts`: the collector to report into (with its live sink, if any); a new one by default.
         `actor_model`: the model the caller's Actor runs for this step (`provider/model`), when it says: it decides
-        the `"auto"` idle time, and a change of it activates what is buffered (om_lib/idle.py).
+        the `"auto"` idle time, and a change of it activates what is buffered (om_lib/context/idle.py).
         """
         rt = self.rt
         deadline = rt.deadline()
@@ -273,7 +273,7 @@ class Steps(MemoryRooms):
         appended: AppendResult,
         actor_model: str | None,
     ) -> ActivationTrigger | None:
-        """Does idle time or a model change call for activating what is buffered now (om_lib/idle.py)?"""
+        """Does idle time or a model change call for activating what is buffered now (om_lib/context/idle.py)?"""
         if not setting.enabled or not (record.buffered_chunks or record.buffered_reflection):
             return None
         rt = self.rt

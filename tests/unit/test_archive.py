@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from om_lib import buffering as buf
-from om_lib import context as ctx
 from om_lib.archive import Archive, catalog_line, page_archive, plan_archive
 from om_lib.config import ArchiveSettings
+from om_lib.context import context as ctx
 from om_lib.forgetting import archive_without
 from om_lib.history import forget_messages
 from om_lib.parts import CycleParts

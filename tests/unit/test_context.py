@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 
-from om_lib.context import (
+from om_lib.context.context import (
     BOUNDARY_RE,
     CONTINUATION_REMINDER_ID,
     add_relative_time_to_observations,

@@ -9,12 +9,12 @@ import pytest
 from om_lib.adapters.memory_store import InMemoryStore
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
+from om_lib.context.tokens import TokenCounter
 from om_lib.engine import MemoryEngine
 from om_lib.errors import MessageConflictError, ModelUnavailableError
 from om_lib.messages import Message
 from om_lib.model_router import ModelRouter
 from om_lib.records import Lease
-from om_lib.tokens import TokenCounter
 from om_lib.work import Job
 from tests.fakes.scripted_model import ScriptedModel
 

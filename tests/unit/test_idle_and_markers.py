@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from om_lib import temporal
 from om_lib.config import OMConfig
-from om_lib.idle import (
+from om_lib.context import temporal
+from om_lib.context.idle import (
     GEMINI_TTL_S,
     GROQ_TTL_S,
     HOUR,

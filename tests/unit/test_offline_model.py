@@ -341,7 +341,7 @@ def test_higher_levels_are_shorter() -> None:
 def test_reflector_condenses_retrieval_groups_and_recall_still_reaches_every_message() -> None:
     # Retrieval mode: the Reflector sees groups as `## Group` sections; the older ones merge into one section naming
     # them all, the newest keeps its own, and the reconciled groups' ranges still cover every observed message
-    from om_lib import context as ctx
+    from om_lib.context import context as ctx
 
     groups = []
     for day in range(3):
@@ -468,10 +468,10 @@ def test_offline_actor_answers_20_stated_facts_from_the_observations_after_refle
     from om_lib.adapters.tiktoken_counter import get_tokenizer
     from om_lib.clock import ManualClock
     from om_lib.config import OMConfig
+    from om_lib.context.tokens import TokenCounter
     from om_lib.engine import MemoryEngine
     from om_lib.model_router import ModelRouter
     from om_lib.service import MemoryService
-    from om_lib.tokens import TokenCounter
 
     # Given the offline model behind the engine, with thresholds small enough that observing and reflecting happen
     offline = OfflineLanguageModel()

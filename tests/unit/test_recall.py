@@ -11,6 +11,7 @@ from om_lib.adapters.memory_store import InMemoryStore
 from om_lib.chat import MAX_TOOL_ROUNDS
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
+from om_lib.context.tokens import TokenCounter
 from om_lib.engine import MemoryEngine
 from om_lib.errors import InvalidInputError
 from om_lib.llm import FunctionCall, ModelRequest, ModelResponse
@@ -18,7 +19,6 @@ from om_lib.messages import Message, ToolCallPart
 from om_lib.model_router import ModelRouter
 from om_lib.recall import RECALL_TOOL, RecallRequest, recall, recall_tool
 from om_lib.service import MemoryService
-from om_lib.tokens import TokenCounter
 
 RES, THREAD, OTHER = 'r1', 'th1', 'th2'
 T0 = datetime(2026, 3, 10, 9, 0, tzinfo=UTC)

@@ -12,13 +12,13 @@ from pydantic import ValidationError
 from om_lib.adapters.memory_store import InMemoryStore
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig, WorkingMemoryConfig
+from om_lib.context.tokens import TokenCounter
 from om_lib.engine import MemoryEngine
 from om_lib.errors import ThreadNotFoundError
 from om_lib.llm import FunctionCall, ModelRequest, ModelResponse
 from om_lib.messages import Message
 from om_lib.model_router import ModelRouter
 from om_lib.service import MemoryService
-from om_lib.tokens import TokenCounter
 from om_lib.working_memory import (
     DEFAULT_TEMPLATE,
     MAX_WORKING_MEMORY_BYTES,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
-from om_lib.context import render_observation_groups_for_actor
+from om_lib.context.context import render_observation_groups_for_actor
 from om_lib.messages import (
     FilePart,
     ImagePart,
