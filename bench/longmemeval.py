@@ -286,8 +286,8 @@ def estimate(
     from om_lib.adapters.tiktoken_counter import get_tokenizer
     from om_lib.chat import ACTOR_SYSTEM_PROMPT
     from om_lib.context.context import build_observation_system_messages
-    from om_lib.observer import build_observer_system_prompt
-    from om_lib.reflector import build_reflector_system_prompt
+    from om_lib.prompts.observer import build_observer_system_prompt
+    from om_lib.prompts.reflector import build_reflector_system_prompt
 
     count = get_tokenizer().count
     observer_system = count(build_observer_system_prompt(multi_thread=True))

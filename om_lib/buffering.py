@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from om_lib import reflector as refl
 from om_lib.context import context as ctx
 from om_lib.context.thresholds import (
     calculate_projected_message_removal,
@@ -23,6 +22,7 @@ from om_lib.context.thresholds import (
     should_trigger_async_observation,
 )
 from om_lib.messages import Message
+from om_lib.prompts import reflector as refl
 from om_lib.records import BufferedChunk
 
 __all__ = [

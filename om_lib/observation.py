@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from om_lib import observer as obs
 from om_lib import resource_scope as rs
 from om_lib.buffering import live_chunks
 from om_lib.context import context as ctx
@@ -38,9 +37,10 @@ from om_lib.errors import (
     VersionConflictError,
 )
 from om_lib.llm import CallUsage, Content, InlineBlob, ModelRequest, total_usage
-from om_lib.log_check import answer_notes
 from om_lib.messages import Message, time_of
 from om_lib.parts import CycleParts, FailureReason, ObservationEnd, ThreadUpdate
+from om_lib.prompts import observer as obs
+from om_lib.prompts.log_check import answer_notes
 from om_lib.record_writer import lease_active
 from om_lib.records import BufferedChunk, ObservationGroup, OMRecord, Thread
 from om_lib.runtime import Cycle, Runtime, has_pending_tool_call

@@ -219,5 +219,5 @@ class FailureNote(_Model):
     # `data-om-buffering-failed` (background work) rather than `data-om-observation-failed`.
     background: bool = False
     # Not a failure: an answer that became memory although a check was unsure about it (`reason` names the doubt,
-    # om_lib/log_check.py). Kept beside the failures; the memory view lists them apart (`recentNotes`).
+    # om_lib/prompts/log_check.py). Kept beside the failures; the memory view lists them apart (`recentNotes`).
     note: bool = False

@@ -18,14 +18,11 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from om_lib import buffering as buf
-from om_lib import observer as obs
-from om_lib import reflector as refl
 from om_lib.background import finish_background
 from om_lib.context import context as ctx
 from om_lib.context.idle import ActivationTrigger
 from om_lib.errors import ModelError, ModelOutputError, VersionConflictError
 from om_lib.llm import CallUsage, Content, ModelRequest, Usage, total_usage
-from om_lib.log_check import reflection_notes, reflection_problem
 from om_lib.parts import (
     Activation,
     BufferingEnd,
@@ -35,6 +32,9 @@ from om_lib.parts import (
     ObservationEnd,
     ObservationFailed,
 )
+from om_lib.prompts import observer as obs
+from om_lib.prompts import reflector as refl
+from om_lib.prompts.log_check import reflection_notes, reflection_problem
 from om_lib.record_writer import LeaseName, lease_active
 from om_lib.records import Lease, ModelUsage, ObservationGroup, OMRecord
 from om_lib.runtime import Cycle, Runtime
@@ -73,7 +73,7 @@ class ReflectionDraft:
     tokens: int
     suggested_response: str | None
     input_tokens: int
-    # Doubts about the accepted answer (om_lib/log_check.py), counted and kept for the memory view.
+    # Doubts about the accepted answer (om_lib/prompts/log_check.py), counted and kept for the memory view.
     notes: tuple[str, ...] = ()
 
 

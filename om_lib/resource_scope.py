@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from om_lib.context import context as ctx
-from om_lib.observer import strip_thread_tags
+from om_lib.prompts.observer import strip_thread_tags
 
 SHOWN_ID_HEX_CHARS = 12
 _SECTION = re.compile(r'<thread id="([^"]*)">\n?(.*?)\n?</thread>', re.DOTALL)

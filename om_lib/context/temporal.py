@@ -6,7 +6,7 @@ times (`messages.time_of`), so replayed or imported history with its dates gets 
 
 - The Actor's context gets a reminder message before each such message among its visible messages (never stored:
   a client that sends one back finds it dropped, like the continuation reminder).
-- The Observer's transcript gets a `system-reminder` line at the same place (om_lib/observer.py).
+- The Observer's transcript gets a `system-reminder` line at the same place (om_lib/prompts/observer.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from om_lib import observer as obs
 from om_lib.adapters.gemini_model import GeminiLanguageModel
 from om_lib.adapters.memory_store import InMemoryStore
 from om_lib.adapters.tiktoken_counter import get_tokenizer
@@ -24,6 +23,7 @@ from om_lib.context.tokens import TokenCounter
 from om_lib.engine import MemoryEngine
 from om_lib.messages import Message
 from om_lib.model_router import ModelRouter
+from om_lib.prompts import observer as obs
 from tests.fakes.fake_gemini import FakeGemini, FakeReply, FakeRequest
 
 FLASH, PRO = 'gemini-2.5-flash', 'gemini-2.5-pro'

@@ -17,9 +17,9 @@ from om_lib.context import context as ctx
 from om_lib.forgetting import archive_without
 from om_lib.history import forget_messages
 from om_lib.parts import CycleParts
+from om_lib.prompts.reflector import merge_buffered_reflection
 from om_lib.recall import RecallRequest, recall
 from om_lib.records import ArchivedGroup, BufferedChunk, OMRecord
-from om_lib.reflector import merge_buffered_reflection
 from tests.unit.test_engine import Harness, words
 
 T0 = datetime(2026, 11, 28, 9, 0, tzinfo=UTC)

@@ -31,7 +31,7 @@ from om_lib.context.context import (
     strip_observation_groups,
     wrap_in_observation_group,
 )
-from om_lib.reflector import looks_degenerate
+from om_lib.prompts.reflector import looks_degenerate
 
 NOW = datetime(2025, 1, 20, tzinfo=UTC)
 T1 = datetime(2025, 1, 1, 10, 0, tzinfo=UTC)

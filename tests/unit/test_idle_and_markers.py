@@ -25,7 +25,7 @@ from om_lib.context.idle import (
     resolve_ttl_s,
 )
 from om_lib.messages import Message
-from om_lib.observer import format_messages_for_observer
+from om_lib.prompts.observer import format_messages_for_observer
 from tests.unit.test_buffering import Harness, buffering_config, words
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)

@@ -25,7 +25,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from om_lib.context import temporal
 from om_lib.context.tokens import strip_encrypted_content
-from om_lib.log_check import observation_log_problem
 from om_lib.messages import (
     FilePart,
     ImagePart,
@@ -36,6 +35,7 @@ from om_lib.messages import (
     ToolResultPart,
     time_of,
 )
+from om_lib.prompts.log_check import observation_log_problem
 
 __all__ = [
     'DEFAULT_MAX_TOOL_RESULT_TOKENS',
@@ -895,7 +895,7 @@ def parse_multi_thread_observer_output(text: str, thread_ids: Sequence[str]) -> 
 
 def observer_output_problem(parsed: ParsedObservations) -> str | None:
     """Why an Observer answer may not become memory (None when it may): degenerate, empty, or not an observation log
-    (a refusal, prose, one line repeated; om_lib/log_check.py)."""
+    (a refusal, prose, one line repeated; om_lib/prompts/log_check.py)."""
     if parsed.degenerate:
         return 'the answer is a repetition loop'
     return observation_log_problem(parsed.observations)

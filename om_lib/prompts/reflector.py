@@ -4,7 +4,7 @@ Pure logic, no I/O. The model call is injected into `run_compression_ladder` as 
 the caller builds the system prompt (`build_reflector_system_prompt`) and owns transport, retries and deadlines.
 
 The Observer's instructions are passed in as a string rather than imported, so this module does not depend on
-`om_lib.observer` and the two prompts can evolve separately. Every prompt sentence here is our own wording; only
+`om_lib.prompts.observer` and the two prompts can evolve separately. Every prompt sentence here is our own wording; only
 the tags and headings the parsers and tests rely on are fixed strings.
 """
 
@@ -376,7 +376,7 @@ class ReflectionNotSmallerError(ModelOutputError):
 
 
 class InvalidReflectionError(ModelOutputError):
-    """No attempt of the ladder was still an observation log that keeps the log's span (om_lib/log_check.py).
+    """No attempt of the ladder was still an observation log that keeps the log's span (om_lib/prompts/log_check.py).
 
     Committing it would replace the user's memory with a refusal, prose, or a log that lost its newest or oldest
     days; the engine keeps the current generation instead.
