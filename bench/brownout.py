@@ -32,7 +32,7 @@ from om_lib.engine import MemoryEngine  # noqa: E402
 from om_lib.errors import ModelUnavailableError  # noqa: E402
 from om_lib.llm import ModelRequest, ModelResponse  # noqa: E402
 from om_lib.messages import Message  # noqa: E402
-from om_lib.model_router import ModelRouter  # noqa: E402
+from om_lib.models.model_router import ModelRouter  # noqa: E402
 
 TURN_PERIOD_S = 12.0
 ACTOR_S = 4.0

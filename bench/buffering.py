@@ -35,7 +35,7 @@ from om_lib.context.tokens import TokenCounter  # noqa: E402
 from om_lib.engine import MemoryEngine  # noqa: E402
 from om_lib.llm import ModelRequest, ModelResponse  # noqa: E402
 from om_lib.messages import Message  # noqa: E402
-from om_lib.model_router import ModelRouter  # noqa: E402
+from om_lib.models.model_router import ModelRouter  # noqa: E402
 
 ACTOR_LATENCY_S = 4.0
 VOCAB = (

@@ -44,7 +44,7 @@ from om_lib.context.tokens import TokenCounter  # noqa: E402
 from om_lib.engine import MemoryEngine  # noqa: E402
 from om_lib.llm import Content, ModelRequest, ModelResponse  # noqa: E402
 from om_lib.messages import Message  # noqa: E402
-from om_lib.model_router import ModelRouter  # noqa: E402
+from om_lib.models.model_router import ModelRouter  # noqa: E402
 from om_lib.service import MemoryService  # noqa: E402
 from om_lib.work import Job  # noqa: E402
 from tests.fakes.fake_gemini import FakeGemini, FakeReply, FakeRequest  # noqa: E402

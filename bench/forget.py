@@ -32,8 +32,8 @@ from om_lib import history  # noqa: E402
 from om_lib.adapters.dynamodb_store import DynamoMemoryStore  # noqa: E402
 from om_lib.adapters.dynamodb_vectors import DynamoVectorIndex  # noqa: E402
 from om_lib.clock import ManualClock  # noqa: E402
-from om_lib.embedders import HashingEmbedder  # noqa: E402
 from om_lib.messages import Message  # noqa: E402
+from om_lib.models.embedders import HashingEmbedder  # noqa: E402
 from om_lib.records import ObservationGroup, OMRecord  # noqa: E402
 from om_lib.semantic import SemanticMemory  # noqa: E402
 

@@ -117,7 +117,7 @@ def model_providers() -> dict[str, Any]:
     from om_lib.adapters.bedrock_model import BedrockLanguageModel
     from om_lib.adapters.gemini_model import GeminiLanguageModel
     from om_lib.adapters.openai_model import OpenAILanguageModel
-    from om_lib.offline_model import OfflineLanguageModel
+    from om_lib.models.offline_model import OfflineLanguageModel
 
     return {
         'google': GeminiLanguageModel(

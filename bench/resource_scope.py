@@ -37,8 +37,8 @@ from om_lib.config import OMConfig  # noqa: E402
 from om_lib.context.tokens import TokenCounter  # noqa: E402
 from om_lib.engine import MemoryEngine  # noqa: E402
 from om_lib.messages import Message  # noqa: E402
-from om_lib.model_router import ModelRouter  # noqa: E402
-from om_lib.offline_model import OfflineLanguageModel  # noqa: E402
+from om_lib.models.model_router import ModelRouter  # noqa: E402
+from om_lib.models.offline_model import OfflineLanguageModel  # noqa: E402
 from om_lib.records import OMRecord  # noqa: E402
 
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from om_lib.config import OMConfig, load_config
-from om_lib.embedders import DEFAULT_EMBEDDING_DIMENSIONS, DEFAULT_EMBEDDING_MODEL, check_embedding_model
 from om_lib.engine import MemoryEngine
+from om_lib.models.embedders import DEFAULT_EMBEDDING_DIMENSIONS, DEFAULT_EMBEDDING_MODEL, check_embedding_model
 from om_lib.service import MemoryService
 
 if TYPE_CHECKING:
@@ -236,7 +236,7 @@ def providers() -> dict[str, LanguageModel]:
     from om_lib.adapters.bedrock_model import BedrockLanguageModel
     from om_lib.adapters.gemini_model import GeminiLanguageModel
     from om_lib.adapters.openai_model import OpenAILanguageModel
-    from om_lib.offline_model import STARTUP_NOTICE, OfflineLanguageModel
+    from om_lib.models.offline_model import STARTUP_NOTICE, OfflineLanguageModel
 
     offline = OfflineLanguageModel()
     s = settings()
@@ -268,7 +268,7 @@ def engine() -> MemoryEngine:
     from om_lib.adapters.s3_blobs import S3BlobReader
     from om_lib.clock import SystemClock
     from om_lib.context.tokens import TokenCounter
-    from om_lib.model_router import ModelRouter
+    from om_lib.models.model_router import ModelRouter
 
     clock = SystemClock()
     s = settings()
@@ -318,8 +318,8 @@ def embedder() -> Embedder:
 
     Raises ValueError at start-up for a model or size the provider does not offer (Titan: 256, 512 or 1024).
     """
-    from om_lib.embedders import HashingEmbedder
-    from om_lib.offline_model import OfflineLanguageModel
+    from om_lib.models.embedders import HashingEmbedder
+    from om_lib.models.offline_model import OfflineLanguageModel
 
     s = settings()
     name = s.OM_EMBEDDING_MODEL

@@ -65,7 +65,7 @@ from om_lib.llm import (
     ModelResponse,
 )
 from om_lib.messages import FilePart, ImagePart, Message, TextPart, ToolCallPart, ToolResultPart, time_of
-from om_lib.model_spec import model_refs
+from om_lib.models.model_spec import model_refs
 from om_lib.parts import ActorFailed, CycleParts, OMPart, ReplyUnsaved
 from om_lib.recall import RecallRequest, recall
 from om_lib.records import record_key

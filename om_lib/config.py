@@ -42,7 +42,7 @@ from om_lib.context.thresholds import (
     resolve_buffer_tokens,
 )
 from om_lib.errors import ConfigError
-from om_lib.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelSpec, model_refs
+from om_lib.models.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelSpec, model_refs
 
 __all__ = [
     'DEFAULT_MODEL',

@@ -26,7 +26,7 @@ from om_lib.context.tokens import TokenCounter
 from om_lib.errors import ThreadNotFoundError
 from om_lib.jobs import QUIET_AFTER, Jobs
 from om_lib.messages import Message, iso
-from om_lib.model_router import ModelRouter
+from om_lib.models.model_router import ModelRouter
 from om_lib.observation import ObservationPipeline, ResourceStrategy, ThreadStrategy
 from om_lib.parts import CycleParts
 from om_lib.ports import BlobReader, Clock, MemoryStore

@@ -39,7 +39,10 @@ class StringTokenizer(Protocol):
 
 @runtime_checkable
 class LanguageModel(Protocol):
-    """One provider's models (`google`, `offline`). Routing, fallbacks and retries live in om_lib.model_router."""
+    """One provider's models (`google`, `offline`).
+
+    Routing, fallbacks and retries live in om_lib.models.model_router.
+    """
 
     def generate(self, model_id: str, request: ModelRequest, *, timeout_s: float) -> ModelResponse:
         """Run one generation with `model_id` (the part after `provider/`).

@@ -17,7 +17,7 @@ from om_lib.context.tokens import TokenCounter
 from om_lib.errors import DeadlineExceededError
 from om_lib.llm import CallUsage
 from om_lib.messages import Message, ToolCallPart, ToolResultPart
-from om_lib.model_router import ModelRouter
+from om_lib.models.model_router import ModelRouter
 from om_lib.parts import (
     FAILED_TYPES,
     BufferingFailed,

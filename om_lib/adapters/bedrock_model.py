@@ -6,8 +6,8 @@ Lambda role in AWS), or `AWS_BEARER_TOKEN_BEDROCK`; `AWS_ENDPOINT_URL_BEDROCK_RU
 the client at another endpoint, which is how tests reach the loopback fake.
 
 As with Gemini, one `generate` is one HTTP request: botocore's retries are off and each request's read timeout is the
-caller's remaining time, so `om_lib.model_router.ModelRouter` owns every retry and the path's deadline holds. boto3's
-client is built on first use (loading the service model costs tens of milliseconds), never at import.
+caller's remaining time, so `om_lib.models.model_router.ModelRouter` owns every retry and the path's deadline holds.
+boto3's client is built on first use (loading the service model costs tens of milliseconds), never at import.
 """
 
 from __future__ import annotations

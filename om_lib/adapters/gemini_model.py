@@ -1,7 +1,7 @@
 """`LanguageModel` on Google's Gemini API through the google-genai client (mirrors pydantic-ai's `GoogleModel`).
 
 One `generate` call is one HTTP request: the client's own retries are switched off and each request carries the
-caller's remaining time as its timeout, so `om_lib.model_router.ModelRouter` owns every retry and the path's
+caller's remaining time as its timeout, so `om_lib.models.model_router.ModelRouter` owns every retry and the path's
 single deadline holds. google-genai is imported on first use, not at import (it costs about half a second).
 """
 

@@ -3,7 +3,7 @@
 `openai/<model>` runs on OpenAI itself or on any compatible gateway (Azure OpenAI's v1 endpoint, vLLM, Ollama,
 LiteLLM, ...): the client reads `OPENAI_API_KEY` and `OPENAI_BASE_URL`, and deployed stacks hand it the key from
 Secrets Manager. One `generate` is one HTTP request (the client's retries are off, its timeout is the caller's
-remaining time), so `om_lib.model_router.ModelRouter` owns every retry. The SDK is imported on first use.
+remaining time), so `om_lib.models.model_router.ModelRouter` owns every retry. The SDK is imported on first use.
 """
 
 from __future__ import annotations

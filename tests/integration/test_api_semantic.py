@@ -16,7 +16,7 @@ from moto import mock_aws
 from functions import _wiring
 from om_lib.adapters.dynamodb_schema import create_table
 from om_lib.adapters.dynamodb_vectors import DynamoVectorIndex
-from om_lib.embedders import HashingEmbedder
+from om_lib.models.embedders import HashingEmbedder
 from om_lib.ports import VectorEntry
 from tests.fakes.fake_gemini import FakeGemini, FakeReply
 from tests.fakes.loopback import keyword_embedding  # keyword overlap: enough to check the plumbing

@@ -21,8 +21,8 @@ from om_lib.errors import (
     ModelUnavailableError,
 )
 from om_lib.llm import Content, FunctionCall, FunctionResponse, InlineBlob
-from om_lib.model_router import ModelRouter
-from om_lib.model_spec import ModelFallbacks, ModelRef
+from om_lib.models.model_router import ModelRouter
+from om_lib.models.model_spec import ModelFallbacks, ModelRef
 from tests.fakes.fake_bedrock import ConverseReply, FakeBedrock, fake_bedrock_env
 from tests.integration.model_adapters import PNG, RECALL, request, serving
 

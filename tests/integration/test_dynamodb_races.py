@@ -202,7 +202,7 @@ def test_two_threads_of_one_resource_stepping_at_once_neither_double_observe_nor
     from om_lib.config import OMConfig
     from om_lib.context.tokens import TokenCounter
     from om_lib.engine import MemoryEngine
-    from om_lib.model_router import ModelRouter
+    from om_lib.models.model_router import ModelRouter
     from tests.fakes.scripted_model import ScriptedModel
     from tests.unit.test_engine import WordTokenizer, words
     from tests.unit.test_resource_engine import echo_observer, resource_config
@@ -260,7 +260,7 @@ def test_concurrent_retries_of_one_chat_message_call_the_actor_once_and_store_on
     from om_lib.config import OMConfig
     from om_lib.context.tokens import TokenCounter
     from om_lib.engine import MemoryEngine
-    from om_lib.model_router import ModelRouter
+    from om_lib.models.model_router import ModelRouter
     from om_lib.service import MemoryService
     from tests.fakes.scripted_model import ScriptedModel
     from tests.unit.test_api_chat import WordTokenizer

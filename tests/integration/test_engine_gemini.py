@@ -22,7 +22,7 @@ from om_lib.context import context as ctx
 from om_lib.context.tokens import TokenCounter
 from om_lib.engine import MemoryEngine
 from om_lib.messages import Message
-from om_lib.model_router import ModelRouter
+from om_lib.models.model_router import ModelRouter
 from om_lib.prompts import observer as obs
 from tests.fakes.fake_gemini import FakeGemini, FakeReply, FakeRequest
 

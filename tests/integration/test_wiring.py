@@ -80,7 +80,7 @@ ALL_BEDROCK = {'model': 'bedrock/us.amazon.nova-lite-v1:0', 'actorModel': 'opena
 
 def test_local_runs_fall_back_per_provider_and_say_which(wiring, monkeypatch, caplog) -> None:
     from om_lib.adapters.bedrock_model import BedrockLanguageModel
-    from om_lib.offline_model import OfflineLanguageModel
+    from om_lib.models.offline_model import OfflineLanguageModel
 
     # Given a local run (offline fallback allowed) using Bedrock and OpenAI, with only an OpenAI key
     _use(monkeypatch, ALL_BEDROCK, OM_OFFLINE_FALLBACK='1', OPENAI_API_KEY='k')
@@ -100,7 +100,7 @@ def test_local_runs_fall_back_per_provider_and_say_which(wiring, monkeypatch, ca
 
 
 def test_deployed_functions_never_fall_back(wiring, monkeypatch) -> None:
-    from om_lib.offline_model import OfflineLanguageModel
+    from om_lib.models.offline_model import OfflineLanguageModel
 
     _use(monkeypatch, ALL_BEDROCK)
     providers = wiring.providers()

@@ -164,7 +164,7 @@ def test_buffer_worker_job_delivered_twice_observes_once(aws):
 def test_buffer_worker_failing_model_fails_the_record_for_redelivery(aws, monkeypatch):
     # Given a backlog and a model that is down
     from om_lib.errors import ModelUnavailableError
-    from om_lib.offline_model import OfflineLanguageModel
+    from om_lib.models.offline_model import OfflineLanguageModel
 
     _conversation(4)
 
@@ -182,7 +182,7 @@ def test_a_job_that_met_a_model_outage_comes_back_later_each_time(aws, monkeypat
     # Given a backlog, its job on the (moto) queue, and a model that is down
     from om_lib.adapters.aws_work import RETRY_BASE_S, retry_delay_s
     from om_lib.errors import ModelUnavailableError
-    from om_lib.offline_model import OfflineLanguageModel
+    from om_lib.models.offline_model import OfflineLanguageModel
 
     sqs, url = aws
     _conversation(4)

@@ -12,7 +12,7 @@ from om_lib.engine import MemoryEngine
 from om_lib.errors import ModelUnavailableError
 from om_lib.llm import FunctionCall, FunctionResponse
 from om_lib.messages import Message
-from om_lib.model_router import ModelRouter
+from om_lib.models.model_router import ModelRouter
 from om_lib.service import MemoryService
 from tests.fakes.scripted_model import ScriptedModel
 

@@ -14,7 +14,7 @@ from om_lib.config import OMConfig
 from om_lib.context.tokens import TokenCounter
 from om_lib.engine import MemoryEngine
 from om_lib.messages import Message
-from om_lib.model_router import ModelRouter
+from om_lib.models.model_router import ModelRouter
 from om_lib.records import BufferedChunk
 from om_lib.work import CollectingWork, Job
 from tests.fakes.scripted_model import ScriptedModel

@@ -16,7 +16,7 @@ from om_lib.context.tokens import TokenCounter
 from om_lib.engine import MemoryEngine
 from om_lib.errors import MessageConflictError, ModelUnavailableError, TurnInProgressError
 from om_lib.messages import Message
-from om_lib.model_router import ModelRouter
+from om_lib.models.model_router import ModelRouter
 from om_lib.service import (
     ActorFinished,
     ActorStarted,

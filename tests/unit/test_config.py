@@ -30,7 +30,7 @@ from om_lib.context.thresholds import (
     should_trigger_async_reflection_tokens,
 )
 from om_lib.errors import ConfigError
-from om_lib.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelRoutingError
+from om_lib.models.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelRoutingError
 
 DEFAULT = ModelRef('google', 'gemini-2.5-flash')
 

@@ -13,7 +13,7 @@ from om_lib.context.tokens import TokenCounter
 from om_lib.engine import MemoryEngine
 from om_lib.errors import MessageConflictError, ModelUnavailableError
 from om_lib.messages import Message
-from om_lib.model_router import ModelRouter
+from om_lib.models.model_router import ModelRouter
 from om_lib.records import Lease
 from om_lib.work import Job
 from tests.fakes.scripted_model import ScriptedModel

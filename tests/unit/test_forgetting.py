@@ -8,8 +8,8 @@ from datetime import timedelta
 from om_lib import history
 from om_lib.adapters.memory_store import InMemoryStore
 from om_lib.adapters.memory_vectors import InMemoryVectorIndex
-from om_lib.embedders import HashingEmbedder
 from om_lib.forgetting import GENERATIONS_PAGE
+from om_lib.models.embedders import HashingEmbedder
 from om_lib.records import BufferedChunk, Lease, ObservationGroup, OMRecord
 from om_lib.semantic import SemanticMemory
 from tests.unit.test_buffering import Harness, buffering_config

@@ -15,8 +15,8 @@ import pytest
 from om_lib.adapters.local_embedder import LocalEmbedder, local_embedder_available
 from om_lib.adapters.memory_store import InMemoryStore
 from om_lib.adapters.memory_vectors import InMemoryVectorIndex
-from om_lib.embedders import HashingEmbedder
 from om_lib.messages import Message
+from om_lib.models.embedders import HashingEmbedder
 from om_lib.semantic import SemanticMemory
 
 pytestmark = pytest.mark.skipif(

@@ -25,8 +25,8 @@ from om_lib.engine import MemoryEngine
 from om_lib.errors import ModelRequestError
 from om_lib.llm import ModelRequest, ModelResponse
 from om_lib.messages import Message
-from om_lib.model_router import ModelRouter
-from om_lib.offline_model import OfflineLanguageModel
+from om_lib.models.model_router import ModelRouter
+from om_lib.models.offline_model import OfflineLanguageModel
 from om_lib.work import Job
 from tests.fakes.scripted_model import ScriptedModel
 from tests.unit.test_engine import Harness, WordTokenizer, words

@@ -9,7 +9,13 @@ import pytest
 
 from om_lib.llm import Content, FunctionDeclaration, ModelRequest
 from om_lib.messages import Message
-from om_lib.offline_model import STARTUP_NOTICE, OfflineLanguageModel, condense, format_observation_date, make_title
+from om_lib.models.offline_model import (
+    STARTUP_NOTICE,
+    OfflineLanguageModel,
+    condense,
+    format_observation_date,
+    make_title,
+)
 from om_lib.ports import LanguageModel
 
 T0 = datetime(2025, 1, 1, 14, 30, tzinfo=UTC)
@@ -470,7 +476,7 @@ def test_offline_actor_answers_20_stated_facts_from_the_observations_after_refle
     from om_lib.config import OMConfig
     from om_lib.context.tokens import TokenCounter
     from om_lib.engine import MemoryEngine
-    from om_lib.model_router import ModelRouter
+    from om_lib.models.model_router import ModelRouter
     from om_lib.service import MemoryService
 
     # Given the offline model behind the engine, with thresholds small enough that observing and reflecting happen

@@ -16,7 +16,7 @@ from om_lib.engine import MemoryEngine
 from om_lib.errors import InvalidInputError
 from om_lib.llm import FunctionCall, ModelRequest, ModelResponse
 from om_lib.messages import Message, ToolCallPart
-from om_lib.model_router import ModelRouter
+from om_lib.models.model_router import ModelRouter
 from om_lib.recall import RECALL_TOOL, RecallRequest, recall, recall_tool
 from om_lib.service import MemoryService
 

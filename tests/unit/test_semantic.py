@@ -15,9 +15,9 @@ from om_lib.adapters.memory_store import InMemoryStore
 from om_lib.adapters.memory_vectors import InMemoryVectorIndex
 from om_lib.config import SemanticRecallSettings
 from om_lib.context.tokens import TokenCounter
-from om_lib.embedders import HashingEmbedder
 from om_lib.errors import InvalidInputError
 from om_lib.messages import Message
+from om_lib.models.embedders import HashingEmbedder
 from om_lib.recall import RecallRequest, recall, recall_tool, step_tools
 from om_lib.semantic import SemanticMemory, embed_job, embedding_text, format_recalled
 from om_lib.work import CollectingWork, Job

@@ -13,7 +13,7 @@ from om_lib.context.tokens import TokenCounter
 from om_lib.engine import MemoryEngine
 from om_lib.errors import ModelUnavailableError
 from om_lib.messages import Message
-from om_lib.model_router import ModelRouter
+from om_lib.models.model_router import ModelRouter
 from om_lib.service import MemoryService
 from om_lib.titles import clean_title, generate_title, title_job
 from om_lib.work import CollectingWork, Job

@@ -17,7 +17,7 @@ from om_lib.engine import MemoryEngine
 from om_lib.errors import ThreadNotFoundError
 from om_lib.llm import FunctionCall, ModelRequest, ModelResponse
 from om_lib.messages import Message
-from om_lib.model_router import ModelRouter
+from om_lib.models.model_router import ModelRouter
 from om_lib.service import MemoryService
 from om_lib.working_memory import (
     DEFAULT_TEMPLATE,

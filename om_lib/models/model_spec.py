@@ -1,7 +1,7 @@
 """Which model a role calls: one model, a model chosen by input size, or an ordered fallback list.
 
 These are plain frozen values; `om_lib.config` builds them from the configuration document and
-`om_lib.model_router.ModelRouter` executes them. Nothing here talks to a provider.
+`om_lib.models.model_router.ModelRouter` executes them. Nothing here talks to a provider.
 """
 
 from __future__ import annotations

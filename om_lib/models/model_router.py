@@ -22,7 +22,7 @@ from om_lib.errors import (
     ModelUnavailableError,
 )
 from om_lib.llm import ModelRequest, ModelResponse
-from om_lib.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelSpec
+from om_lib.models.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelSpec
 from om_lib.ports import Clock, LanguageModel, StreamingLanguageModel, TextSink
 
 logger = logging.getLogger(__name__)
