@@ -12,9 +12,9 @@ from om_lib.context import context as ctx
 from om_lib.context import temporal
 from om_lib.messages import Message, TextPart
 from om_lib.parts import BufferedWindows, Status
-from om_lib.record_writer import lease_active
 from om_lib.records import OMRecord, Thread
-from om_lib.runtime import Runtime
+from om_lib.runtime.record_writer import lease_active
+from om_lib.runtime.runtime import Runtime
 
 
 def system_text(rt: Runtime, record: OMRecord, thread: Thread, *, now: datetime, other_conversations: str = '') -> str:

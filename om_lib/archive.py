@@ -29,9 +29,9 @@ from om_lib import resource_scope as rs
 from om_lib.config import ArchiveSettings
 from om_lib.context import context as ctx
 from om_lib.parts import CycleParts, ObservationsArchived
-from om_lib.record_writer import lease_active
 from om_lib.records import ArchivedGroup, OMRecord
-from om_lib.runtime import Runtime
+from om_lib.runtime.record_writer import lease_active
+from om_lib.runtime.runtime import Runtime
 
 Count = Callable[[str], int]
 

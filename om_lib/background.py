@@ -29,9 +29,9 @@ from om_lib.parts import (
     ThreadUpdate,
     with_observations,
 )
-from om_lib.record_writer import LeaseName
 from om_lib.records import OMRecord
-from om_lib.runtime import Runtime
+from om_lib.runtime.record_writer import LeaseName
+from om_lib.runtime.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from om_lib.messages import Message
 from om_lib.observation import Backlog, ObservationPipeline, ThreadFailure, backlog_of, update_thread_hints
 from om_lib.parts import Activation, BufferingEnd, BufferingFailed, CycleParts, with_observations
 from om_lib.records import BufferedChunk, Lease, ObservationGroup, OMRecord, Thread
-from om_lib.runtime import Runtime, before_step_input, has_pending_tool_call
+from om_lib.runtime.runtime import Runtime, before_step_input, has_pending_tool_call
 from om_lib.work import Job
 
 logger = logging.getLogger(__name__)

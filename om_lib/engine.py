@@ -30,12 +30,12 @@ from om_lib.models.model_router import ModelRouter
 from om_lib.observation import ObservationPipeline, ResourceStrategy, ThreadStrategy
 from om_lib.parts import CycleParts
 from om_lib.ports import BlobReader, Clock, MemoryStore
-from om_lib.record_writer import DEFAULT_LEASE_TTL_S, RecordWriter
 from om_lib.records import OMRecord, Thread, record_key
 from om_lib.reflection import Reflection, ReflectionRejectedError
 from om_lib.resource_scope import reveal_thread_ids
 from om_lib.resource_view import ResourceView
-from om_lib.runtime import Runtime
+from om_lib.runtime.record_writer import DEFAULT_LEASE_TTL_S, RecordWriter
+from om_lib.runtime.runtime import Runtime
 from om_lib.step import StepResult, Steps, TurnResult
 from om_lib.work import BackgroundWork, Job
 

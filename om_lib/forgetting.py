@@ -46,8 +46,8 @@ from typing import Any, Protocol
 
 from om_lib import resource_scope as rs
 from om_lib.ports import MemoryStore
-from om_lib.record_writer import RecordWriter
 from om_lib.records import ArchivedGroup, BufferedChunk, OMRecord, Scope, record_key
+from om_lib.runtime.record_writer import RecordWriter
 from om_lib.semantic import SemanticMemory
 
 logger = logging.getLogger(__name__)

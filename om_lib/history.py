@@ -24,8 +24,8 @@ from om_lib.context import context as ctx
 from om_lib.errors import InvalidInputError, ThreadNotFoundError
 from om_lib.messages import Message
 from om_lib.ports import MemoryStore
-from om_lib.record_writer import RecordWriter
 from om_lib.records import ArchivedGroup, ObservationGroup, OMRecord, Thread, record_key
+from om_lib.runtime.record_writer import RecordWriter
 from om_lib.semantic import SemanticMemory
 
 _SEQ_RANGE = re.compile(r'#(\d+):#(\d+)')

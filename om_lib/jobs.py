@@ -23,11 +23,11 @@ from om_lib.errors import BufferingDisabledError, ImportTooLargeError, ThreadNot
 from om_lib.messages import Message, iso
 from om_lib.observation import Backlog, backlog_of
 from om_lib.parts import BufferingFailed, CycleParts
-from om_lib.record_writer import lease_active
 from om_lib.records import OMRecord, Thread, record_key
 from om_lib.reflection import MIN_SYNC_REFLECTION_S, WORKER_BUDGET_S
 from om_lib.rooms import MemoryRooms
-from om_lib.runtime import has_pending_tool_call
+from om_lib.runtime.record_writer import lease_active
+from om_lib.runtime.runtime import has_pending_tool_call
 from om_lib.work import Job
 
 logger = logging.getLogger(__name__)

@@ -41,9 +41,9 @@ from om_lib.messages import Message, time_of
 from om_lib.parts import CycleParts, FailureReason, ObservationEnd, ThreadUpdate
 from om_lib.prompts import observer as obs
 from om_lib.prompts.log_check import answer_notes
-from om_lib.record_writer import lease_active
 from om_lib.records import BufferedChunk, ObservationGroup, OMRecord, Thread
-from om_lib.runtime import Cycle, Runtime, has_pending_tool_call
+from om_lib.runtime.record_writer import lease_active
+from om_lib.runtime.runtime import Cycle, Runtime, has_pending_tool_call
 from om_lib.work import Job
 
 logger = logging.getLogger(__name__)

@@ -35,9 +35,9 @@ from om_lib.parts import (
 from om_lib.prompts import observer as obs
 from om_lib.prompts import reflector as refl
 from om_lib.prompts.log_check import reflection_notes, reflection_problem
-from om_lib.record_writer import LeaseName, lease_active
 from om_lib.records import Lease, ModelUsage, ObservationGroup, OMRecord
-from om_lib.runtime import Cycle, Runtime
+from om_lib.runtime.record_writer import LeaseName, lease_active
+from om_lib.runtime.runtime import Cycle, Runtime
 from om_lib.work import Job
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from om_lib import resource_scope as rs
 from om_lib.observation import Backlog, ResourceStrategy, backlog_of
 from om_lib.prompts import observer as obs
 from om_lib.records import OMRecord
-from om_lib.runtime import Runtime
+from om_lib.runtime.runtime import Runtime
 
 # How many pending threads a step looks at, and how many of each other thread's newest unobserved messages the
 # Actor sees (the rest stay pending and are counted; they reach the Actor once observed).

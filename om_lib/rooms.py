@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from om_lib.observation import ObservationPipeline
     from om_lib.reflection import Reflection
     from om_lib.resource_view import ResourceView
-    from om_lib.runtime import Runtime
+    from om_lib.runtime.runtime import Runtime
 
 
 @dataclass(eq=False)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from om_lib.errors import ModelError, ThreadNotFoundError
 from om_lib.llm import Content, ModelRequest
 from om_lib.messages import Message
-from om_lib.runtime import Runtime
+from om_lib.runtime.runtime import Runtime
 from om_lib.work import Job
 
 logger = logging.getLogger(__name__)

@@ -31,8 +31,8 @@ from om_lib.parts import (
     StoredPart,
 )
 from om_lib.ports import BlobReader, Clock, MemoryStore
-from om_lib.record_writer import LeaseName, RecordWriter, lease_active
 from om_lib.records import FailureNote, OMRecord
+from om_lib.runtime.record_writer import LeaseName, RecordWriter, lease_active
 from om_lib.work import BackgroundWork, Job
 
 logger = logging.getLogger(__name__)
