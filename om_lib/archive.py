@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from om_lib import resource_scope as rs
 from om_lib.config import ArchiveSettings
 from om_lib.context import context as ctx
+from om_lib.observation import resource_scope as rs
 from om_lib.parts import CycleParts, ObservationsArchived
 from om_lib.records import ArchivedGroup, OMRecord
 from om_lib.runtime.record_writer import lease_active

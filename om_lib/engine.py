@@ -20,20 +20,20 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from om_lib import actor_context as actor
-from om_lib.buffered import ObservationBuffering
 from om_lib.config import OMConfig, ResolvedOMConfig
 from om_lib.context.tokens import TokenCounter
 from om_lib.errors import ThreadNotFoundError
 from om_lib.jobs import QUIET_AFTER, Jobs
 from om_lib.messages import Message, iso
 from om_lib.models.model_router import ModelRouter
-from om_lib.observation import ObservationPipeline, ResourceStrategy, ThreadStrategy
+from om_lib.observation.buffered import ObservationBuffering
+from om_lib.observation.observation import ObservationPipeline, ResourceStrategy, ThreadStrategy
+from om_lib.observation.resource_scope import reveal_thread_ids
+from om_lib.observation.resource_view import ResourceView
 from om_lib.parts import CycleParts
 from om_lib.ports import BlobReader, Clock, MemoryStore
 from om_lib.records import OMRecord, Thread, record_key
 from om_lib.reflection import Reflection, ReflectionRejectedError
-from om_lib.resource_scope import reveal_thread_ids
-from om_lib.resource_view import ResourceView
 from om_lib.runtime.record_writer import DEFAULT_LEASE_TTL_S, RecordWriter
 from om_lib.runtime.runtime import Runtime
 from om_lib.step import StepResult, Steps, TurnResult

@@ -16,12 +16,12 @@ import logging
 from collections.abc import Sequence
 from datetime import timedelta
 
-from om_lib import buffering as buf
 from om_lib import titles
-from om_lib.background import keep_background_parts
 from om_lib.errors import BufferingDisabledError, ImportTooLargeError, ThreadNotFoundError
 from om_lib.messages import Message, iso
-from om_lib.observation import Backlog, backlog_of
+from om_lib.observation import buffering as buf
+from om_lib.observation.background import keep_background_parts
+from om_lib.observation.observation import Backlog, backlog_of
 from om_lib.parts import BufferingFailed, CycleParts
 from om_lib.records import OMRecord, Thread, record_key
 from om_lib.reflection import MIN_SYNC_REFLECTION_S, WORKER_BUDGET_S
@@ -70,7 +70,7 @@ class Jobs(MemoryRooms):
             if found is None:
                 return parts
             record = self.reflection.reflect_now(found, job.thread_id, limit, parts).record
-        # The client hears about it on its next step (om_lib/background.py).
+        # The client hears about it on its next step (om_lib/observation/background.py).
         keep_background_parts(rt, record, parts)
         return parts
 

@@ -35,9 +35,9 @@ from om_lib.messages import (
     ToolResultPart,
     time_of,
 )
+from om_lib.observation.resource_scope import ThreadIdCodec
 from om_lib.ports import MemoryStore
 from om_lib.prompts.observer import format_tool_result
-from om_lib.resource_scope import ThreadIdCodec
 from om_lib.semantic import SearchResult, SemanticMemory
 from om_lib.threads import list_resource_threads
 

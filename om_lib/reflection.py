@@ -17,12 +17,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from om_lib import buffering as buf
-from om_lib.background import finish_background
 from om_lib.context import context as ctx
 from om_lib.context.idle import ActivationTrigger
 from om_lib.errors import ModelError, ModelOutputError, VersionConflictError
 from om_lib.llm import CallUsage, Content, ModelRequest, Usage, total_usage
+from om_lib.observation import buffering as buf
+from om_lib.observation.background import finish_background
 from om_lib.parts import (
     Activation,
     BufferingEnd,

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 from om_lib.archive import Archive
 
 if TYPE_CHECKING:
-    from om_lib.buffered import ObservationBuffering
-    from om_lib.observation import ObservationPipeline
+    from om_lib.observation.buffered import ObservationBuffering
+    from om_lib.observation.observation import ObservationPipeline
+    from om_lib.observation.resource_view import ResourceView
     from om_lib.reflection import Reflection
-    from om_lib.resource_view import ResourceView
     from om_lib.runtime.runtime import Runtime
 
 

@@ -10,7 +10,7 @@ Modes:
   worker (`deferred`). A background run that is still going is waited for (bounded by the budget), so the Actor is
   never handed an oversized window because of it;
 - **buffered** (thread scope, the default): background chunks activate at the threshold with no model call; the step
-  observes synchronously only past `blockAfter` (`om_lib/buffered.py`).
+  observes synchronously only past `blockAfter` (`om_lib/observation/buffered.py`).
 
 A failing model never loses a message: the step still answers, with a `data-om-observation-failed` part, and the
 backlog is observed on a later step.
@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from om_lib import actor_context as actor
-from om_lib.background import deliver_background_parts
 from om_lib.context.idle import ActivationTrigger, IdleActivation, activation_trigger
 from om_lib.ids import check_id
 from om_lib.messages import Message, now_of, time_of
-from om_lib.observation import MIN_SYNC_OBSERVATION_S, backlog_of
+from om_lib.observation.background import deliver_background_parts
+from om_lib.observation.observation import MIN_SYNC_OBSERVATION_S, backlog_of
 from om_lib.parts import CycleParts
 from om_lib.ports import AppendResult
 from om_lib.records import OMRecord, Thread

@@ -10,12 +10,12 @@ from datetime import UTC, datetime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from om_lib import buffering as buf
 from om_lib.archive import Archive, catalog_line, page_archive, plan_archive
 from om_lib.config import ArchiveSettings
 from om_lib.context import context as ctx
 from om_lib.forgetting import archive_without
 from om_lib.history import forget_messages
+from om_lib.observation import buffering as buf
 from om_lib.parts import CycleParts
 from om_lib.prompts.reflector import merge_buffered_reflection
 from om_lib.recall import RecallRequest, recall
@@ -311,7 +311,7 @@ class Log:
                     created_at=T0,
                 )
             )
-        from om_lib.buffered import grouped
+        from om_lib.observation.buffered import grouped
 
         act = buf.activate_chunks(self.text, chunks, 2, cursor=0, last_observed_at=None, render=grouped)
         self.text = act.active_observations

@@ -17,7 +17,7 @@ from om_lib.errors import BufferingDisabledError, ImportTooLargeError, ThreadNot
 from om_lib.events import MAX_OBSERVATIONS_BYTES, LifecycleEvent, lifecycle_events
 from om_lib.llm import CallUsage, InlineBlob, Usage
 from om_lib.messages import Message
-from om_lib.observation import attachment_observed
+from om_lib.observation.observation import attachment_observed
 from om_lib.parts import ObservationEnd, Status, StoredPart
 from om_lib.service import MemoryService
 from tests.unit.test_buffering import OBS, Harness, buffering_config, words

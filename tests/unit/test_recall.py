@@ -420,7 +420,7 @@ def test_chat_stops_recall_rounds_after_the_limit_and_leaves_no_open_call() -> N
 
 
 def test_obscured_thread_ids_are_shown_and_resolved_back():
-    from om_lib.resource_scope import shown_thread_id
+    from om_lib.observation.resource_scope import shown_thread_id
     from tests.unit.test_engine import WordTokenizer
 
     store = InMemoryStore()

@@ -6,7 +6,7 @@ import re
 
 from om_lib.errors import ModelRequestError
 from om_lib.llm import ModelRequest
-from om_lib.resource_scope import shown_thread_id
+from om_lib.observation.resource_scope import shown_thread_id
 from om_lib.work import CollectingWork
 from tests.fakes.scripted_model import ScriptedModel
 from tests.unit.test_engine import Harness, words

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from om_lib import resource_scope as rs
-from om_lib.observation import Backlog, ResourceStrategy, backlog_of
+from om_lib.observation import resource_scope as rs
+from om_lib.observation.observation import Backlog, ResourceStrategy, backlog_of
 from om_lib.prompts import observer as obs
 from om_lib.records import OMRecord
 from om_lib.runtime.runtime import Runtime

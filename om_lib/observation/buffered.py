@@ -5,8 +5,8 @@
   The worker observes that slice through the observation pipeline and appends a buffered chunk with a conditional
   write that is a no-op when the range is already buffered or observed, so a redelivered job adds nothing.
 - **Activation.** When pending tokens reach `messageTokens`, a prefix of the chunks moves into the active
-  observations (the activation math is `om_lib/buffering.py`); no model call. The cursor moves to the last activated
-  chunk, so those messages leave the Actor's context.
+  observations (the activation math is `om_lib/observation/buffering.py`); no model call. The cursor moves to the last
+  activated chunk, so those messages leave the Actor's context.
 - **blockAfter.** Past it, after activating what there is, the pipeline observes synchronously, the last resort,
   within the request's time budget (deferred to the worker when the budget is spent).
 """
@@ -18,14 +18,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 
-from om_lib import buffering as buf
-from om_lib.background import deliver_background_parts, finish_background
 from om_lib.context import context as ctx
 from om_lib.context.idle import ActivationTrigger
 from om_lib.context.thresholds import resolve_retention_floor
 from om_lib.errors import ThreadNotFoundError
 from om_lib.messages import Message
-from om_lib.observation import Backlog, ObservationPipeline, ThreadFailure, backlog_of, update_thread_hints
+from om_lib.observation import buffering as buf
+from om_lib.observation.background import deliver_background_parts, finish_background
+from om_lib.observation.observation import Backlog, ObservationPipeline, ThreadFailure, backlog_of, update_thread_hints
 from om_lib.parts import Activation, BufferingEnd, BufferingFailed, CycleParts, with_observations
 from om_lib.records import BufferedChunk, Lease, ObservationGroup, OMRecord, Thread
 from om_lib.runtime.runtime import Runtime, before_step_input, has_pending_tool_call

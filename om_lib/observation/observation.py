@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from om_lib import resource_scope as rs
-from om_lib.buffering import live_chunks
 from om_lib.context import context as ctx
 from om_lib.errors import (
     DeadlineExceededError,
@@ -38,6 +36,8 @@ from om_lib.errors import (
 )
 from om_lib.llm import CallUsage, Content, InlineBlob, ModelRequest, total_usage
 from om_lib.messages import Message, time_of
+from om_lib.observation import resource_scope as rs
+from om_lib.observation.buffering import live_chunks
 from om_lib.parts import CycleParts, FailureReason, ObservationEnd, ThreadUpdate
 from om_lib.prompts import observer as obs
 from om_lib.prompts.log_check import answer_notes

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from om_lib import buffering as buf
+from om_lib.observation import buffering as buf
 from om_lib.parts import (
     BufferingEnd,
     BufferingFailed,
