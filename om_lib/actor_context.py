@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from om_lib.archive import catalog_line
 from om_lib.context import context as ctx
 from om_lib.context import temporal
 from om_lib.messages import Message, TextPart
 from om_lib.observation import buffering as buf
 from om_lib.parts import BufferedWindows, Status
 from om_lib.records import OMRecord, Thread
+from om_lib.reflection.archive import catalog_line
 from om_lib.runtime.record_writer import lease_active
 from om_lib.runtime.runtime import Runtime
 

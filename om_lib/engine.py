@@ -33,7 +33,7 @@ from om_lib.observation.resource_view import ResourceView
 from om_lib.parts import CycleParts
 from om_lib.ports import BlobReader, Clock, MemoryStore
 from om_lib.records import OMRecord, Thread, record_key
-from om_lib.reflection import Reflection, ReflectionRejectedError
+from om_lib.reflection.reflection import Reflection, ReflectionRejectedError
 from om_lib.runtime.record_writer import DEFAULT_LEASE_TTL_S, RecordWriter
 from om_lib.runtime.runtime import Runtime
 from om_lib.step import StepResult, Steps, TurnResult
@@ -202,7 +202,7 @@ class MemoryEngine:
         """The scheduled sweeper (om_lib/jobs.py)."""
         return self.jobs.sweep(quiet_for=quiet_for, limit=limit)
 
-    # -- the reflection workflow's tasks (om_lib/reflection.py); the client hears of a run on its next step ---------
+    # -- the reflection workflow's tasks (om_lib/reflection/reflection.py); the client hears of a run on its next step
     def workflow_check(self, job: Job, owner: str, parts: CycleParts | None = None) -> dict[str, Any]:
         """Is reflection due? If so take the run's lease for `owner`. Each task reports the parts it made in `parts`."""
         return self.reflection.check(job, owner, parts)

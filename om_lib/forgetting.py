@@ -5,9 +5,9 @@ order by `forget`:
 
 1. `LiveMemory`: the memory a step shows, of the thread (thread scope) and of its resource (resource scope): the
    observation log with its groups and cursors, the archive of groups moved out of the log past its bound
-   (om_lib/archive.py), buffered chunks not yet active, a staged reflection, the continuation hints on the thread,
-   and work in flight that read the messages (an observation or a buffering job: its result is thrown away when it
-   commits).
+   (om_lib/reflection/archive.py), buffered chunks not yet active, a staged reflection, the continuation hints on the
+   thread, and work in flight that read the messages (an observation or a buffering job: its result is thrown away when
+   it commits).
 2. `EarlierGenerations`: the generations `GET …/memory/generations` lists. One that observed, buffered or reflected a
    forgotten message is rewritten without it where that can be done exactly (a resource memory no reflection has
    condensed: the thread's `<thread>` sections go) and dropped otherwise.

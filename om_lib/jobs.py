@@ -24,7 +24,7 @@ from om_lib.observation.background import keep_background_parts
 from om_lib.observation.observation import Backlog, backlog_of
 from om_lib.parts import BufferingFailed, CycleParts
 from om_lib.records import OMRecord, Thread, record_key
-from om_lib.reflection import MIN_SYNC_REFLECTION_S, WORKER_BUDGET_S
+from om_lib.reflection.reflection import MIN_SYNC_REFLECTION_S, WORKER_BUDGET_S
 from om_lib.rooms import MemoryRooms
 from om_lib.runtime.record_writer import lease_active
 from om_lib.runtime.runtime import has_pending_tool_call

@@ -20,7 +20,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
-from om_lib.archive import page_archive
 from om_lib.config import RetrievalSettings
 from om_lib.context.tokens import TokenCounter
 from om_lib.errors import InvalidInputError
@@ -38,6 +37,7 @@ from om_lib.messages import (
 from om_lib.observation.resource_scope import ThreadIdCodec
 from om_lib.ports import MemoryStore
 from om_lib.prompts.observer import format_tool_result
+from om_lib.reflection.archive import page_archive
 from om_lib.semantic import SearchResult, SemanticMemory
 from om_lib.threads import list_resource_threads
 

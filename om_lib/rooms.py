@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING
 
-from om_lib.archive import Archive
+from om_lib.reflection.archive import Archive
 
 if TYPE_CHECKING:
     from om_lib.observation.buffered import ObservationBuffering
     from om_lib.observation.observation import ObservationPipeline
     from om_lib.observation.resource_view import ResourceView
-    from om_lib.reflection import Reflection
+    from om_lib.reflection.reflection import Reflection
     from om_lib.runtime.runtime import Runtime
 
 

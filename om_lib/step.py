@@ -32,7 +32,7 @@ from om_lib.observation.observation import MIN_SYNC_OBSERVATION_S, backlog_of
 from om_lib.parts import CycleParts
 from om_lib.ports import AppendResult
 from om_lib.records import OMRecord, Thread
-from om_lib.reflection import MIN_SYNC_REFLECTION_S
+from om_lib.reflection.reflection import MIN_SYNC_REFLECTION_S
 from om_lib.rooms import MemoryRooms
 from om_lib.runtime.record_writer import lease_active
 from om_lib.runtime.runtime import before_step_input, has_pending_tool_call

@@ -4,7 +4,7 @@
 - `reflector`: the Reflector's prompts, parsing and the compression ladder.
 - `log_check`: the check every Observer and Reflector answer passes before it may become memory.
 
-May import: `om_lib.context` and the shared modules. Both paths call into it (`om_lib.observation.observation`,
+May import: `om_lib.context` and the shared modules. Both paths call into it (`om_lib.observation`,
 `om_lib.reflection`), and each uses the other role's half (buffering slices the log as the Reflector does; the
 Reflector's prompt carries the Observer's instructions), so the two cores sit here, under both paths.
 """

@@ -1,5 +1,6 @@
-"""The archive (om_lib/archive.py): memory stays within its bound without a model call, nothing is lost, recall pages
-it back; and group markup stays well formed under every operation that rewrites the log (a property test)."""
+"""The archive (om_lib/reflection/archive.py): memory stays within its bound without a model call, nothing is lost,
+recall pages it back; and group markup stays well formed under every operation that rewrites the log (a property
+test)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from datetime import UTC, datetime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from om_lib.archive import Archive, catalog_line, page_archive, plan_archive
 from om_lib.config import ArchiveSettings
 from om_lib.context import context as ctx
 from om_lib.forgetting import archive_without
@@ -20,6 +20,7 @@ from om_lib.parts import CycleParts
 from om_lib.prompts.reflector import merge_buffered_reflection
 from om_lib.recall import RecallRequest, recall
 from om_lib.records import ArchivedGroup, BufferedChunk, OMRecord
+from om_lib.reflection.archive import Archive, catalog_line, page_archive, plan_archive
 from tests.unit.test_engine import Harness, words
 
 T0 = datetime(2026, 11, 28, 9, 0, tzinfo=UTC)
