@@ -42,7 +42,7 @@ def main() -> None:
     from om_lib.adapters.tiktoken_counter import get_tokenizer
     from om_lib.clock import SystemClock
     from om_lib.config import WorkingMemoryConfig
-    from om_lib.working_memory import WorkingMemory
+    from om_lib.history.working_memory import WorkingMemory
 
     clock = SystemClock()
     for label, config, update in (
@@ -75,7 +75,7 @@ def _dynamodb_calls() -> None:
     from om_lib.adapters.dynamodb_store import DynamoMemoryStore
     from om_lib.clock import SystemClock
     from om_lib.config import WorkingMemoryConfig
-    from om_lib.working_memory import WorkingMemory
+    from om_lib.history.working_memory import WorkingMemory
 
     with mock_aws():
         ddb, s3 = boto3.client('dynamodb'), boto3.client('s3')

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from om_lib.adapters.eventbridge_events import EventBridgePublisher
     from om_lib.adapters.gemini_model import GeminiLanguageModel
     from om_lib.adapters.openai_model import OpenAILanguageModel
+    from om_lib.history.semantic import SemanticMemory
     from om_lib.ports import Embedder, LanguageModel
-    from om_lib.semantic import SemanticMemory
 
 
 logger = logging.getLogger(__name__)
@@ -383,7 +383,7 @@ def semantic() -> SemanticMemory | None:
     """Semantic search over messages, or None when neither `retrieval.vector` nor `semanticRecall` is on."""
     if not config().resolved().semantic_search:
         return None
-    from om_lib.semantic import SemanticMemory
+    from om_lib.history.semantic import SemanticMemory
 
     # Embedding jobs go to the work queue; without one (a bare test setup) the turn indexes inline.
     work = background_work() if settings().OM_WORK_QUEUE_URL else None

@@ -54,6 +54,9 @@ from typing import Any, Literal
 
 from om_lib.conversation import Conversation
 from om_lib.errors import InvalidInputError, MessageConflictError, ModelError, OMError, TurnInProgressError
+from om_lib.history.recall import RecallRequest, recall
+from om_lib.history.working_memory import TOOL_NAME as WORKING_MEMORY_TOOL
+from om_lib.history.working_memory import WorkingMemory
 from om_lib.llm import (
     Content,
     ContentPart,
@@ -67,11 +70,8 @@ from om_lib.llm import (
 from om_lib.messages import FilePart, ImagePart, Message, TextPart, ToolCallPart, ToolResultPart, time_of
 from om_lib.models.model_spec import model_refs
 from om_lib.parts import ActorFailed, CycleParts, OMPart, ReplyUnsaved
-from om_lib.recall import RecallRequest, recall
 from om_lib.records import record_key
 from om_lib.step import check_ids
-from om_lib.working_memory import TOOL_NAME as WORKING_MEMORY_TOOL
-from om_lib.working_memory import WorkingMemory
 
 logger = logging.getLogger(__name__)
 

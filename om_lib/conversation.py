@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 
 from om_lib.engine import MemoryEngine
 from om_lib.errors import OMError
+from om_lib.history.recall import recall_tool
+from om_lib.history.semantic import SemanticMemory, embedding_text, format_recalled
+from om_lib.history.titles import after_turn as title_after_turn
+from om_lib.history.working_memory import working_memory_of
 from om_lib.llm import FunctionDeclaration
 from om_lib.messages import Message
 from om_lib.parts import CycleParts, Scheduled, SemanticRecallFailed
-from om_lib.recall import recall_tool
 from om_lib.records import OMRecord
-from om_lib.semantic import SemanticMemory, embedding_text, format_recalled
-from om_lib.titles import after_turn as title_after_turn
-from om_lib.working_memory import working_memory_of
 
 logger = logging.getLogger(__name__)
 

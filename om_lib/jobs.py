@@ -16,8 +16,8 @@ import logging
 from collections.abc import Sequence
 from datetime import timedelta
 
-from om_lib import titles
 from om_lib.errors import BufferingDisabledError, ImportTooLargeError, ThreadNotFoundError
+from om_lib.history import titles
 from om_lib.messages import Message, iso
 from om_lib.observation import buffering as buf
 from om_lib.observation.background import keep_background_parts

@@ -299,8 +299,8 @@ class MemoryStore(Protocol):
     def rewrite_generation(self, record: OMRecord) -> None:
         """Replace an earlier generation's content with `record` (same key and generation; never the head).
 
-        For forgetting (`om_lib.forgetting`): a generation that observed deleted messages, rewritten without them.
-        Does nothing when that generation is gone, or is the head (which changes only through `put_record` and
+        For forgetting (`om_lib.history.forgetting`): a generation that observed deleted messages, rewritten without
+        them. Does nothing when that generation is gone, or is the head (which changes only through `put_record` and
         `put_generation`).
         """
         ...

@@ -13,8 +13,8 @@ memory view and the inspector list them. Each move is one conditional write of a
 'archive'`), so a reflection drafted from the log before it can never commit over it.
 
 The archive bounds the Actor's context, not the stored history: archived groups stay until their messages are
-deleted or the thread is cleared (om_lib/history.py). A later reflection condenses the active log only and leaves
-the archive as it is (docs/decision_log.md).
+deleted or the thread is cleared (om_lib/history/history.py). A later reflection condenses the active log only and
+leaves the archive as it is (docs/decision_log.md).
 """
 
 from __future__ import annotations

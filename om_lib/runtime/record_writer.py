@@ -11,7 +11,7 @@ the concurrency rules live in one place:
   It lasts about one model call (`lease_ttl`, 60 s) and a live holder renews it while it works (`holding`), so a
   holder that died stops blocking the record within one lease period, and an expired lease may be taken over;
 - a new generation (reflection, reset) keeps the old head readable as history (until messages it observed are
-  deleted: `om_lib.forgetting`).
+  deleted: `om_lib.history.forgetting`).
 """
 
 from __future__ import annotations

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 from om_lib.config import ArchiveSettings
 from om_lib.context import context as ctx
-from om_lib.forgetting import archive_without
-from om_lib.history import forget_messages
+from om_lib.history.forgetting import archive_without
+from om_lib.history.history import forget_messages
+from om_lib.history.recall import RecallRequest, recall
 from om_lib.observation import buffering as buf
 from om_lib.parts import CycleParts
 from om_lib.prompts.reflector import merge_buffered_reflection
-from om_lib.recall import RecallRequest, recall
 from om_lib.records import ArchivedGroup, BufferedChunk, OMRecord
 from om_lib.reflection.archive import Archive, catalog_line, page_archive, plan_archive
 from tests.unit.test_engine import Harness, words
@@ -339,7 +339,7 @@ class Log:
             self.text = plan.retained
 
     def delete(self, _body: str, _other: str) -> None:
-        self.text = ''  # deleting observed messages resets the log (om_lib/history.py)
+        self.text = ''  # deleting observed messages resets the log (om_lib/history/history.py)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

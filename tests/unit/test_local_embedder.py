@@ -15,9 +15,9 @@ import pytest
 from om_lib.adapters.local_embedder import LocalEmbedder, local_embedder_available
 from om_lib.adapters.memory_store import InMemoryStore
 from om_lib.adapters.memory_vectors import InMemoryVectorIndex
+from om_lib.history.semantic import SemanticMemory
 from om_lib.messages import Message
 from om_lib.models.embedders import HashingEmbedder
-from om_lib.semantic import SemanticMemory
 
 pytestmark = pytest.mark.skipif(
     not local_embedder_available(),

@@ -1,4 +1,5 @@
-"""The recall tool (om_lib/recall.py) over the in-memory store with a word-count tokenizer (spec §18.3, §25 L60-L64)."""
+"""The recall tool (om_lib/history/recall.py) over the in-memory store with a word-count tokenizer (spec §18.3, §25
+L60-L64)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from om_lib.config import OMConfig
 from om_lib.context.tokens import TokenCounter
 from om_lib.engine import MemoryEngine
 from om_lib.errors import InvalidInputError
+from om_lib.history.recall import RECALL_TOOL, RecallRequest, recall, recall_tool
 from om_lib.llm import FunctionCall, ModelRequest, ModelResponse
 from om_lib.messages import Message, ToolCallPart
 from om_lib.models.model_router import ModelRouter
-from om_lib.recall import RECALL_TOOL, RecallRequest, recall, recall_tool
 from om_lib.service import MemoryService
 
 RES, THREAD, OTHER = 'r1', 'th1', 'th2'

@@ -1,4 +1,4 @@
-"""Working memory (om_lib/working_memory.py) and its tool in the chat service, over the in-memory store."""
+"""Working memory (om_lib/history/working_memory.py) and its tool in the chat service, over the in-memory store."""
 
 from __future__ import annotations
 
@@ -15,11 +15,7 @@ from om_lib.config import OMConfig, WorkingMemoryConfig
 from om_lib.context.tokens import TokenCounter
 from om_lib.engine import MemoryEngine
 from om_lib.errors import ThreadNotFoundError
-from om_lib.llm import FunctionCall, ModelRequest, ModelResponse
-from om_lib.messages import Message
-from om_lib.models.model_router import ModelRouter
-from om_lib.service import MemoryService
-from om_lib.working_memory import (
+from om_lib.history.working_memory import (
     DEFAULT_TEMPLATE,
     MAX_WORKING_MEMORY_BYTES,
     TOOL_NAME,
@@ -29,6 +25,10 @@ from om_lib.working_memory import (
     WorkingMemoryTooLargeError,
     deep_merge,
 )
+from om_lib.llm import FunctionCall, ModelRequest, ModelResponse
+from om_lib.messages import Message
+from om_lib.models.model_router import ModelRouter
+from om_lib.service import MemoryService
 
 SCHEMA: dict[str, Any] = {
     'type': 'object',

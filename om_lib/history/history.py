@@ -2,8 +2,8 @@
 
 Everything here works through the `MemoryStore` port, so it behaves the same on every store.
 
-Deleting messages also removes what was derived from them, from every holder of it: `om_lib.forgetting` says which
-holders there are and the rules for each.
+Deleting messages also removes what was derived from them, from every holder of it: `om_lib.history.forgetting` says
+which holders there are and the rules for each.
 
 Cloning carries the source's observations only when every observed group of the source lies inside the copied
 messages: without per-group text the log cannot be cut to a part of the history.
@@ -18,15 +18,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from om_lib import forgetting
 from om_lib.config import SemanticRecallSettings
 from om_lib.context import context as ctx
 from om_lib.errors import InvalidInputError, ThreadNotFoundError
+from om_lib.history import forgetting
+from om_lib.history.semantic import SemanticMemory
 from om_lib.messages import Message
 from om_lib.ports import MemoryStore
 from om_lib.records import ArchivedGroup, ObservationGroup, OMRecord, Thread, record_key
 from om_lib.runtime.record_writer import RecordWriter
-from om_lib.semantic import SemanticMemory
 
 _SEQ_RANGE = re.compile(r'#(\d+):#(\d+)')
 
@@ -385,8 +385,8 @@ def forget_messages(
     writer: RecordWriter | None = None,
     semantic: SemanticMemory | None = None,
 ) -> int:
-    """Delete messages by id (`None`: clear the thread), then what was derived from them (`om_lib.forgetting`): in
-    the thread's and the resource's memory, every earlier generation of both, and the vectors (with `semantic`).
+    """Delete messages by id (`None`: clear the thread), then what was derived from them (`om_lib.history.forgetting`):
+    in the thread's and the resource's memory, every earlier generation of both, and the vectors (with `semantic`).
 
     `count` counts observation tokens (the engine's counter) for a resource log that keeps other threads' sections;
     `writer` is the engine's record writer (records change only through one).

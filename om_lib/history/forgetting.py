@@ -44,11 +44,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from om_lib.history.semantic import SemanticMemory
 from om_lib.observation import resource_scope as rs
 from om_lib.ports import MemoryStore
 from om_lib.records import ArchivedGroup, BufferedChunk, OMRecord, Scope, record_key
 from om_lib.runtime.record_writer import RecordWriter
-from om_lib.semantic import SemanticMemory
 
 logger = logging.getLogger(__name__)
 

@@ -23,6 +23,8 @@ from typing import Any, Literal, cast
 from om_lib.config import RetrievalSettings
 from om_lib.context.tokens import TokenCounter
 from om_lib.errors import InvalidInputError
+from om_lib.history.semantic import SearchResult, SemanticMemory
+from om_lib.history.threads import list_resource_threads
 from om_lib.llm import FunctionDeclaration
 from om_lib.messages import (
     FilePart,
@@ -38,8 +40,6 @@ from om_lib.observation.resource_scope import ThreadIdCodec
 from om_lib.ports import MemoryStore
 from om_lib.prompts.observer import format_tool_result
 from om_lib.reflection.archive import page_archive
-from om_lib.semantic import SearchResult, SemanticMemory
-from om_lib.threads import list_resource_threads
 
 Mode = Literal['messages', 'threads', 'search', 'observations']
 Detail = Literal['low', 'high']
