@@ -35,7 +35,7 @@ from om_lib.adapters.tiktoken_counter import get_tokenizer  # noqa: E402
 from om_lib.clock import ManualClock  # noqa: E402
 from om_lib.config import OMConfig  # noqa: E402
 from om_lib.context.tokens import TokenCounter  # noqa: E402
-from om_lib.engine import MemoryEngine  # noqa: E402
+from om_lib.engine.engine import MemoryEngine  # noqa: E402
 from om_lib.messages import Message  # noqa: E402
 from om_lib.models.model_router import ModelRouter  # noqa: E402
 from om_lib.models.offline_model import OfflineLanguageModel  # noqa: E402

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from om_lib.config import OMConfig
-    from om_lib.engine import MemoryEngine
+    from om_lib.engine.engine import MemoryEngine
     from om_lib.service import MemoryService
 
 __all__ = ['MemoryEngine', 'MemoryService', 'OMConfig']
@@ -23,7 +23,7 @@ def __getattr__(name: str) -> Any:
 
         return OMConfig
     if name == 'MemoryEngine':
-        from om_lib.engine import MemoryEngine
+        from om_lib.engine.engine import MemoryEngine
 
         return MemoryEngine
     if name == 'MemoryService':

@@ -53,6 +53,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from om_lib.conversation import Conversation
+from om_lib.engine.step import check_ids
 from om_lib.errors import InvalidInputError, MessageConflictError, ModelError, OMError, TurnInProgressError
 from om_lib.history.recall import RecallRequest, recall
 from om_lib.history.working_memory import TOOL_NAME as WORKING_MEMORY_TOOL
@@ -71,7 +72,6 @@ from om_lib.messages import FilePart, ImagePart, Message, TextPart, ToolCallPart
 from om_lib.models.model_spec import model_refs
 from om_lib.parts import ActorFailed, CycleParts, OMPart, ReplyUnsaved
 from om_lib.records import record_key
-from om_lib.step import check_ids
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from om_lib.engine import MemoryEngine
+from om_lib.engine.engine import MemoryEngine
 from om_lib.errors import OMError
 from om_lib.history.recall import recall_tool
 from om_lib.history.semantic import SemanticMemory, embedding_text, format_recalled

@@ -31,7 +31,8 @@ from om_lib.chat import (
 )
 from om_lib.config import ResolvedOMConfig, SemanticRecallSettings
 from om_lib.conversation import AgentStep, AgentTurn, Conversation
-from om_lib.engine import MemoryEngine, OmStatus
+from om_lib.engine.engine import MemoryEngine, OmStatus
+from om_lib.engine.jobs import QUIET_AFTER
 from om_lib.errors import (
     InvalidInputError,
     OMError,
@@ -46,7 +47,6 @@ from om_lib.history.recall import RecallRequest, recall
 from om_lib.history.semantic import SemanticMemory
 from om_lib.history.threads import list_resource_threads
 from om_lib.history.working_memory import MAX_WORKING_MEMORY_BYTES, WorkingMemory, WorkingMemoryView
-from om_lib.jobs import QUIET_AFTER
 from om_lib.llm import FunctionDeclaration
 from om_lib.messages import Message
 from om_lib.parts import FAILED_TYPES, Activation, BufferingEnd, CycleParts, ObservationEnd
@@ -178,7 +178,7 @@ class MemoryService:
     def observe(self, resource_id: str, thread_id: str, imported: Sequence[Message] | None = None) -> OperationResult:
         """`POST /threads/{threadId}/memory/observe`: observe now. Without `imported`, the thread's unobserved
         messages (below the threshold too); with it, messages imported from elsewhere (with their own dates), observed
-        into this thread's memory without being added to its messages (om_lib/jobs.py)."""
+        into this thread's memory without being added to its messages (om_lib/engine/jobs.py)."""
         if imported:
             record, parts = self.engine.observe_imported(resource_id, thread_id, imported)
         else:

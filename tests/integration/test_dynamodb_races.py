@@ -201,7 +201,7 @@ def test_two_threads_of_one_resource_stepping_at_once_neither_double_observe_nor
     from om_lib.clock import SystemClock
     from om_lib.config import OMConfig
     from om_lib.context.tokens import TokenCounter
-    from om_lib.engine import MemoryEngine
+    from om_lib.engine.engine import MemoryEngine
     from om_lib.models.model_router import ModelRouter
     from tests.fakes.scripted_model import ScriptedModel
     from tests.unit.test_engine import WordTokenizer, words
@@ -259,7 +259,7 @@ def test_concurrent_retries_of_one_chat_message_call_the_actor_once_and_store_on
     from om_lib.clock import SystemClock
     from om_lib.config import OMConfig
     from om_lib.context.tokens import TokenCounter
-    from om_lib.engine import MemoryEngine
+    from om_lib.engine.engine import MemoryEngine
     from om_lib.models.model_router import ModelRouter
     from om_lib.service import MemoryService
     from tests.fakes.scripted_model import ScriptedModel

@@ -259,7 +259,7 @@ def test_reflection_validate_without_the_lease_raises_by_class_name(aws):
     _grow_observations_past_the_reflection_threshold()
     # When validate runs for an owner that holds no lease
     # Then it raises: Lambda reports the class name as the error type, which the ASL's Catch routes to Release
-    from om_lib.engine import ReflectionRejectedError
+    from om_lib.engine.engine import ReflectionRejectedError
 
     with pytest.raises(ReflectionRejectedError):
         invoke('reflection', _reflection_event('validate', 'nobody'))

@@ -13,7 +13,7 @@ from om_lib.chat import reply_id_for
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
 from om_lib.context.tokens import TokenCounter
-from om_lib.engine import MemoryEngine
+from om_lib.engine.engine import MemoryEngine
 from om_lib.errors import MessageConflictError, ModelUnavailableError, TurnInProgressError
 from om_lib.messages import Message
 from om_lib.models.model_router import ModelRouter

@@ -10,7 +10,7 @@ from om_lib.adapters.memory_store import InMemoryStore
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
 from om_lib.context.tokens import TokenCounter
-from om_lib.engine import MemoryEngine
+from om_lib.engine.engine import MemoryEngine
 from om_lib.errors import MessageConflictError, ModelUnavailableError
 from om_lib.messages import Message
 from om_lib.models.model_router import ModelRouter
@@ -498,7 +498,7 @@ def test_the_reflection_workflow_keeps_lines_appended_while_it_ran():
 
 
 def test_workflow_failure_path_keeps_old_observations():
-    from om_lib.engine import ReflectionRejectedError
+    from om_lib.engine.engine import ReflectionRejectedError
 
     h = Harness(config(message_tokens=50, observation_tokens=40))
     with_work(h)

@@ -13,7 +13,7 @@ from om_lib.adapters.memory_store import InMemoryStore
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
 from om_lib.context.tokens import TokenCounter
-from om_lib.engine import MemoryEngine
+from om_lib.engine.engine import MemoryEngine
 from om_lib.history.recall import RecallRequest, recall
 from om_lib.llm import ModelRequest
 from om_lib.messages import Message, now_of, time_of

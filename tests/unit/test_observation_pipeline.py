@@ -21,7 +21,7 @@ from om_lib.adapters.memory_store import InMemoryStore
 from om_lib.clock import ManualClock, SystemClock
 from om_lib.config import OMConfig
 from om_lib.context.tokens import TokenCounter
-from om_lib.engine import MemoryEngine
+from om_lib.engine.engine import MemoryEngine
 from om_lib.errors import ModelRequestError
 from om_lib.llm import ModelRequest, ModelResponse
 from om_lib.messages import Message

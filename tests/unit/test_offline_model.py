@@ -475,7 +475,7 @@ def test_offline_actor_answers_20_stated_facts_from_the_observations_after_refle
     from om_lib.clock import ManualClock
     from om_lib.config import OMConfig
     from om_lib.context.tokens import TokenCounter
-    from om_lib.engine import MemoryEngine
+    from om_lib.engine.engine import MemoryEngine
     from om_lib.models.model_router import ModelRouter
     from om_lib.service import MemoryService
 

@@ -13,7 +13,7 @@ from om_lib.chat import MAX_TOOL_ROUNDS
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
 from om_lib.context.tokens import TokenCounter
-from om_lib.engine import MemoryEngine
+from om_lib.engine.engine import MemoryEngine
 from om_lib.errors import InvalidInputError
 from om_lib.history.recall import RECALL_TOOL, RecallRequest, recall, recall_tool
 from om_lib.llm import FunctionCall, ModelRequest, ModelResponse

@@ -19,11 +19,12 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, Literal
 
-from om_lib import actor_context as actor
 from om_lib.config import OMConfig, ResolvedOMConfig
 from om_lib.context.tokens import TokenCounter
+from om_lib.engine import actor_context as actor
+from om_lib.engine.jobs import QUIET_AFTER, Jobs
+from om_lib.engine.step import StepResult, Steps, TurnResult
 from om_lib.errors import ThreadNotFoundError
-from om_lib.jobs import QUIET_AFTER, Jobs
 from om_lib.messages import Message, iso
 from om_lib.models.model_router import ModelRouter
 from om_lib.observation.buffered import ObservationBuffering
@@ -36,7 +37,6 @@ from om_lib.records import OMRecord, Thread, record_key
 from om_lib.reflection.reflection import Reflection, ReflectionRejectedError
 from om_lib.runtime.record_writer import DEFAULT_LEASE_TTL_S, RecordWriter
 from om_lib.runtime.runtime import Runtime
-from om_lib.step import StepResult, Steps, TurnResult
 from om_lib.work import BackgroundWork, Job
 
 __all__ = ['MemoryEngine', 'OmStatus', 'ReflectionRejectedError', 'StepResult', 'TurnResult']
@@ -156,7 +156,7 @@ class MemoryEngine:
         parts: CycleParts | None = None,
         actor_model: str | None = None,
     ) -> StepResult:
-        """Save the step's new input, update memory when due, and return the Actor's context (om_lib/step.py)."""
+        """Save the step's new input, update memory when due, and return the Actor's context (om_lib/engine/step.py)."""
         return self.steps.prepare(
             resource_id, thread_id, new_messages, step_number=step_number, parts=parts, actor_model=actor_model
         )
@@ -164,7 +164,7 @@ class MemoryEngine:
     def complete_turn(
         self, resource_id: str, thread_id: str, outputs: Sequence[Message], *, parts: CycleParts | None = None
     ) -> TurnResult:
-        """Save the turn's outputs; queue background work that is due (om_lib/step.py)."""
+        """Save the turn's outputs; queue background work that is due (om_lib/engine/step.py)."""
         return self.steps.complete_turn(resource_id, thread_id, outputs, parts=parts)
 
     # -- background --------------------------------------------------------------------------------------------------
@@ -177,29 +177,29 @@ class MemoryEngine:
         reflect: bool = True,
         wait: bool = False,
     ) -> tuple[OMRecord, CycleParts]:
-        """Observe every unobserved message now, below the threshold too (om_lib/jobs.py)."""
+        """Observe every unobserved message now, below the threshold too (om_lib/engine/jobs.py)."""
         return self.jobs.observe_now(resource_id, thread_id, deadline=deadline, reflect=reflect, wait=wait)
 
     def observe_imported(
         self, resource_id: str, thread_id: str, messages: Sequence[Message]
     ) -> tuple[OMRecord, CycleParts]:
-        """Observe messages imported from elsewhere without storing them (om_lib/jobs.py)."""
+        """Observe messages imported from elsewhere without storing them (om_lib/engine/jobs.py)."""
         return self.jobs.observe_imported(resource_id, thread_id, messages)
 
     def reflect_asked(self, resource_id: str, thread_id: str) -> tuple[OMRecord | None, CycleParts]:
-        """Reflect now, below the threshold too (om_lib/jobs.py)."""
+        """Reflect now, below the threshold too (om_lib/engine/jobs.py)."""
         return self.jobs.reflect_asked(resource_id, thread_id)
 
     def buffer_asked(self, resource_id: str, thread_id: str) -> tuple[OMRecord, CycleParts]:
-        """Buffer the unbuffered messages now (om_lib/jobs.py)."""
+        """Buffer the unbuffered messages now (om_lib/engine/jobs.py)."""
         return self.jobs.buffer_asked(resource_id, thread_id)
 
     def run_job(self, job: Job, *, deadline: float | None = None) -> CycleParts:
-        """Do one background job (the worker's entry point; om_lib/jobs.py)."""
+        """Do one background job (the worker's entry point; om_lib/engine/jobs.py)."""
         return self.jobs.run(job, deadline=deadline)
 
     def sweep(self, *, quiet_for: timedelta = QUIET_AFTER, limit: int = 100) -> list[Job]:
-        """The scheduled sweeper (om_lib/jobs.py)."""
+        """The scheduled sweeper (om_lib/engine/jobs.py)."""
         return self.jobs.sweep(quiet_for=quiet_for, limit=limit)
 
     # -- the reflection workflow's tasks (om_lib/reflection/reflection.py); the client hears of a run on its next step

@@ -1,4 +1,4 @@
-"""What the step runner (`om_lib.step.Steps`) and the job runner (`om_lib.jobs.Jobs`) both work over."""
+"""What the step runner (`om_lib.engine.step.Steps`) and the job runner (`om_lib.engine.jobs.Jobs`) both work over."""
 
 from __future__ import annotations
 

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from om_lib import actor_context as actor
 from om_lib.context.idle import ActivationTrigger, IdleActivation, activation_trigger
+from om_lib.engine import actor_context as actor
+from om_lib.engine.rooms import MemoryRooms
 from om_lib.ids import check_id
 from om_lib.messages import Message, now_of, time_of
 from om_lib.observation.background import deliver_background_parts
@@ -33,7 +34,6 @@ from om_lib.parts import CycleParts
 from om_lib.ports import AppendResult
 from om_lib.records import OMRecord, Thread
 from om_lib.reflection.reflection import MIN_SYNC_REFLECTION_S
-from om_lib.rooms import MemoryRooms
 from om_lib.runtime.record_writer import lease_active
 from om_lib.runtime.runtime import before_step_input, has_pending_tool_call
 from om_lib.work import Job

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Sequence
 from datetime import timedelta
 
+from om_lib.engine.rooms import MemoryRooms
 from om_lib.errors import BufferingDisabledError, ImportTooLargeError, ThreadNotFoundError
 from om_lib.history import titles
 from om_lib.messages import Message, iso
@@ -25,7 +26,6 @@ from om_lib.observation.observation import Backlog, backlog_of
 from om_lib.parts import BufferingFailed, CycleParts
 from om_lib.records import OMRecord, Thread, record_key
 from om_lib.reflection.reflection import MIN_SYNC_REFLECTION_S, WORKER_BUDGET_S
-from om_lib.rooms import MemoryRooms
 from om_lib.runtime.record_writer import lease_active
 from om_lib.runtime.runtime import has_pending_tool_call
 from om_lib.work import Job
