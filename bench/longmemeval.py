@@ -284,8 +284,8 @@ def estimate(
 ) -> dict[str, Any]:
     """Projected tokens and cost of a run, from the prompts' real sizes and stated assumptions (docs/longmemeval.md)."""
     from om_lib.adapters.tiktoken_counter import get_tokenizer
-    from om_lib.chat import ACTOR_SYSTEM_PROMPT
     from om_lib.context.context import build_observation_system_messages
+    from om_lib.conversation.chat import ACTOR_SYSTEM_PROMPT
     from om_lib.prompts.observer import build_observer_system_prompt
     from om_lib.prompts.reflector import build_reflector_system_prompt
 

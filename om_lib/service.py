@@ -16,7 +16,8 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from om_lib import uploads
-from om_lib.chat import (
+from om_lib.config import ResolvedOMConfig, SemanticRecallSettings
+from om_lib.conversation.chat import (
     ActorFinished,
     ActorStarted,
     ChatEvent,
@@ -29,8 +30,7 @@ from om_lib.chat import (
     ToolCalled,
     TurnStarted,
 )
-from om_lib.config import ResolvedOMConfig, SemanticRecallSettings
-from om_lib.conversation import AgentStep, AgentTurn, Conversation
+from om_lib.conversation.conversation import AgentStep, AgentTurn, Conversation
 from om_lib.engine.engine import MemoryEngine, OmStatus
 from om_lib.engine.jobs import QUIET_AFTER
 from om_lib.errors import (

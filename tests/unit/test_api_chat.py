@@ -1,4 +1,5 @@
-"""ChatService (om_lib/chat.py) over the in-memory store and a scripted model: what the Actor is sent, what is saved."""
+"""ChatService (om_lib/conversation/chat.py) over the in-memory store and a scripted model: what the Actor is sent, what
+is saved."""
 
 from __future__ import annotations
 

@@ -9,10 +9,10 @@ from datetime import timedelta
 import pytest
 
 from om_lib.adapters.memory_store import InMemoryStore
-from om_lib.chat import reply_id_for
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
 from om_lib.context.tokens import TokenCounter
+from om_lib.conversation.chat import reply_id_for
 from om_lib.engine.engine import MemoryEngine
 from om_lib.errors import MessageConflictError, ModelUnavailableError, TurnInProgressError
 from om_lib.messages import Message

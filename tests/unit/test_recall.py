@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from om_lib.adapters.memory_store import InMemoryStore
-from om_lib.chat import MAX_TOOL_ROUNDS
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
 from om_lib.context.tokens import TokenCounter
+from om_lib.conversation.chat import MAX_TOOL_ROUNDS
 from om_lib.engine.engine import MemoryEngine
 from om_lib.errors import InvalidInputError
 from om_lib.history.recall import RECALL_TOOL, RecallRequest, recall, recall_tool

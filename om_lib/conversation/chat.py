@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from om_lib.conversation import Conversation
+from om_lib.conversation.conversation import Conversation
 from om_lib.engine.step import check_ids
 from om_lib.errors import InvalidInputError, MessageConflictError, ModelError, OMError, TurnInProgressError
 from om_lib.history.recall import RecallRequest, recall
