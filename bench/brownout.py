@@ -23,7 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.sim import SimWork  # noqa: E402
-from om_lib.adapters.memory_store import InMemoryStore  # noqa: E402
+from om_lib.adapters.memory.store import InMemoryStore  # noqa: E402
 from om_lib.adapters.tiktoken_counter import get_tokenizer  # noqa: E402
 from om_lib.clock import ManualClock  # noqa: E402
 from om_lib.config import OMConfig  # noqa: E402

@@ -35,8 +35,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.sim import SimWork, Wire, run_workflow  # noqa: E402
-from om_lib.adapters.gemini_model import GeminiLanguageModel  # noqa: E402
-from om_lib.adapters.memory_store import InMemoryStore  # noqa: E402
+from om_lib.adapters.memory.store import InMemoryStore  # noqa: E402
+from om_lib.adapters.models.gemini import GeminiLanguageModel  # noqa: E402
 from om_lib.adapters.tiktoken_counter import get_tokenizer  # noqa: E402
 from om_lib.clock import ManualClock, SystemClock  # noqa: E402
 from om_lib.config import OMConfig  # noqa: E402

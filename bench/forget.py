@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from history import T0, _aws_env, _metered, _store  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
-from om_lib.adapters.dynamodb_store import DynamoMemoryStore  # noqa: E402
-from om_lib.adapters.dynamodb_vectors import DynamoVectorIndex  # noqa: E402
+from om_lib.adapters.aws.dynamodb.store import DynamoMemoryStore  # noqa: E402
+from om_lib.adapters.aws.dynamodb.vectors import DynamoVectorIndex  # noqa: E402
 from om_lib.clock import ManualClock  # noqa: E402
 from om_lib.history import history  # noqa: E402
 from om_lib.history.semantic import SemanticMemory  # noqa: E402

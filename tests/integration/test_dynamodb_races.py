@@ -21,8 +21,8 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from om_lib.adapters.dynamodb_schema import create_table
-from om_lib.adapters.dynamodb_store import DynamoMemoryStore
+from om_lib.adapters.aws.dynamodb.schema import create_table
+from om_lib.adapters.aws.dynamodb.store import DynamoMemoryStore
 from om_lib.errors import VersionConflictError
 from om_lib.messages import Message
 from om_lib.records import Lease, OMRecord

@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from om_lib.adapters.gemini_model import GeminiLanguageModel
-from om_lib.adapters.memory_store import InMemoryStore
+from om_lib.adapters.memory.store import InMemoryStore
+from om_lib.adapters.models.gemini import GeminiLanguageModel
 from om_lib.adapters.tiktoken_counter import get_tokenizer
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig

@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from om_lib.adapters.openai_embedder import OpenAIEmbedder
-from om_lib.adapters.openai_model import OpenAILanguageModel
+from om_lib.adapters.embedders.openai import OpenAIEmbedder
+from om_lib.adapters.models.openai import OpenAILanguageModel
 from om_lib.clock import SystemClock
 from om_lib.errors import ModelOutputError, ModelRequestError, ModelThrottledError, ModelUnavailableError
 from om_lib.llm import Content, FunctionCall, FunctionResponse, InlineBlob

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from om_lib.adapters.memory_store import InMemoryStore
+from om_lib.adapters.memory.store import InMemoryStore
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
 from om_lib.context.tokens import TokenCounter

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from om_lib.adapters.memory_store import InMemoryStore
-from om_lib.adapters.memory_vectors import InMemoryVectorIndex
+from om_lib.adapters.memory.store import InMemoryStore
+from om_lib.adapters.memory.vectors import InMemoryVectorIndex
 from om_lib.history import history
 from om_lib.history.forgetting import GENERATIONS_PAGE
 from om_lib.history.semantic import SemanticMemory

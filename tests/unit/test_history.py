@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from om_lib.adapters.memory_store import InMemoryStore
+from om_lib.adapters.memory.store import InMemoryStore
 from om_lib.errors import InvalidInputError, ThreadExistsError, ThreadNotFoundError
 from om_lib.history.history import Include, clone_thread, forget_messages, query_messages
 from om_lib.messages import Message

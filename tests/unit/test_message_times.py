@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from om_lib.adapters.memory_store import InMemoryStore
+from om_lib.adapters.memory.store import InMemoryStore
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
 from om_lib.context.tokens import TokenCounter

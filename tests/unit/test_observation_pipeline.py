@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from om_lib.adapters.memory_store import InMemoryStore
+from om_lib.adapters.memory.store import InMemoryStore
 from om_lib.clock import ManualClock, SystemClock
 from om_lib.config import OMConfig
 from om_lib.context.tokens import TokenCounter

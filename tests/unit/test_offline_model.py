@@ -470,7 +470,7 @@ TWENTY_FACTS = [
 
 
 def test_offline_actor_answers_20_stated_facts_from_the_observations_after_reflection() -> None:
-    from om_lib.adapters.memory_store import InMemoryStore
+    from om_lib.adapters.memory.store import InMemoryStore
     from om_lib.adapters.tiktoken_counter import get_tokenizer
     from om_lib.clock import ManualClock
     from om_lib.config import OMConfig

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from om_lib.adapters.eventbridge_events import EventBridgePublisher
-from om_lib.adapters.memory_events import InMemoryEventLog
+from om_lib.adapters.aws.eventbridge import EventBridgePublisher
+from om_lib.adapters.memory.events import InMemoryEventLog
 from om_lib.errors import BufferingDisabledError, ImportTooLargeError, ThreadNotFoundError
 from om_lib.events import MAX_OBSERVATIONS_BYTES, LifecycleEvent, lifecycle_events
 from om_lib.llm import CallUsage, InlineBlob, Usage

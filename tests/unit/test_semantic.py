@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from om_lib import vectors as vec
-from om_lib.adapters.memory_store import InMemoryStore
-from om_lib.adapters.memory_vectors import InMemoryVectorIndex
+from om_lib.adapters.memory.store import InMemoryStore
+from om_lib.adapters.memory.vectors import InMemoryVectorIndex
 from om_lib.config import SemanticRecallSettings
 from om_lib.context.tokens import TokenCounter
 from om_lib.errors import InvalidInputError

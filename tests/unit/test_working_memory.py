@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from om_lib.adapters.memory_store import InMemoryStore
+from om_lib.adapters.memory.store import InMemoryStore
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig, WorkingMemoryConfig
 from om_lib.context.tokens import TokenCounter

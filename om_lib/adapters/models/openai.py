@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
-from om_lib.adapters.chat_turns import paired_turns
-from om_lib.adapters.provider_calls import KeyedClient, unavailable_error
+from om_lib.adapters.models.chat_turns import paired_turns
+from om_lib.adapters.models.provider_calls import KeyedClient, unavailable_error
 from om_lib.errors import (
     DeadlineExceededError,
     ModelOutputError,

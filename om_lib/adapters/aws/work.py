@@ -10,7 +10,7 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from om_lib.adapters.aws_errors import aws_errors
+from om_lib.adapters.aws.errors import aws_errors
 from om_lib.work import Job
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from om_lib.adapters.bedrock_model import READ_TIMEOUT_PARAM, BedrockLanguageModel, map_bedrock_errors
-from om_lib.adapters.provider_calls import embedding_text, time_left
+from om_lib.adapters.models.bedrock import READ_TIMEOUT_PARAM, BedrockLanguageModel, map_bedrock_errors
+from om_lib.adapters.models.provider_calls import embedding_text, time_left
 from om_lib.errors import ModelOutputError
 from om_lib.ports import EmbeddingKind
 from om_lib.vectors import normalise

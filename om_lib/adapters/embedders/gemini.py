@@ -13,8 +13,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from om_lib.adapters.gemini_model import GeminiLanguageModel, _map_errors, _sdk
-from om_lib.adapters.provider_calls import embedding_batches
+from om_lib.adapters.models.gemini import GeminiLanguageModel, _map_errors, _sdk
+from om_lib.adapters.models.provider_calls import embedding_batches
 from om_lib.errors import ModelOutputError
 from om_lib.ports import EmbeddingKind
 from om_lib.vectors import normalise

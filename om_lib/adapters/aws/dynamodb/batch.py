@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from om_lib.adapters.aws_errors import aws_errors
+from om_lib.adapters.aws.errors import aws_errors
 from om_lib.errors import StorageError
 
 if TYPE_CHECKING:

@@ -39,10 +39,10 @@ from urllib.parse import quote, unquote
 
 from botocore.exceptions import ClientError
 
-from om_lib.adapters import dynamodb_schema as schema
-from om_lib.adapters.aws_errors import aws_errors, error_code
-from om_lib.adapters.dynamodb_batch import batch_get, batch_write
-from om_lib.adapters.s3_blobs import S3Blobs, resource_prefix, thread_prefix
+from om_lib.adapters.aws.dynamodb import schema
+from om_lib.adapters.aws.dynamodb.batch import batch_get, batch_write
+from om_lib.adapters.aws.errors import aws_errors, error_code
+from om_lib.adapters.aws.s3 import S3Blobs, resource_prefix, thread_prefix
 from om_lib.clock import SystemClock
 from om_lib.errors import (
     ErasedError,

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from om_lib.adapters.provider_calls import KeyedClient, unavailable_error
+from om_lib.adapters.models.provider_calls import KeyedClient, unavailable_error
 from om_lib.errors import (
     DeadlineExceededError,
     ModelOutputError,

@@ -23,9 +23,9 @@ from urllib.parse import quote, unquote
 from botocore.exceptions import ClientError
 
 from om_lib import vectors as vec
-from om_lib.adapters import dynamodb_schema as schema
-from om_lib.adapters.aws_errors import aws_errors, error_code
-from om_lib.adapters.dynamodb_batch import batch_write
+from om_lib.adapters.aws.dynamodb import schema
+from om_lib.adapters.aws.dynamodb.batch import batch_write
+from om_lib.adapters.aws.errors import aws_errors, error_code
 from om_lib.ports import VectorEntry, VectorHit
 
 if TYPE_CHECKING:

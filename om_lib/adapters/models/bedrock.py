@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from om_lib.adapters.chat_turns import CONTINUATION, paired_turns
-from om_lib.adapters.provider_calls import unavailable_error
+from om_lib.adapters.models.chat_turns import CONTINUATION, paired_turns
+from om_lib.adapters.models.provider_calls import unavailable_error
 from om_lib.errors import (
     DeadlineExceededError,
     ModelOutputError,

@@ -12,8 +12,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from om_lib.adapters.openai_model import OpenAILanguageModel, _sdk, map_openai_errors
-from om_lib.adapters.provider_calls import embedding_batches
+from om_lib.adapters.models.openai import OpenAILanguageModel, _sdk, map_openai_errors
+from om_lib.adapters.models.provider_calls import embedding_batches
 from om_lib.errors import ModelOutputError
 from om_lib.ports import EmbeddingKind
 from om_lib.vectors import normalise

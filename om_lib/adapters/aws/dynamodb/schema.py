@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from om_lib.adapters.aws_errors import aws_errors, error_code
+from om_lib.adapters.aws.errors import aws_errors, error_code
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

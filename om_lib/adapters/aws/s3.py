@@ -17,7 +17,7 @@ from urllib.parse import quote, unquote, unquote_plus
 
 from botocore.exceptions import ClientError
 
-from om_lib.adapters.aws_errors import aws_errors, error_code
+from om_lib.adapters.aws.errors import aws_errors, error_code
 from om_lib.uploads import Upload
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Generic, TypeVar
 
-from om_lib.adapters.retry_after import retry_after_s
+from om_lib.adapters.models.retry_after import retry_after_s
 from om_lib.errors import DeadlineExceededError, ModelThrottledError, ModelUnavailableError
 
 Client = TypeVar('Client')
