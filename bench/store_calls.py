@@ -34,8 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
+from om_lib.adapters.aws.dynamodb.items import thread_pk as _thread_pk  # noqa: E402
 from om_lib.adapters.aws.dynamodb.schema import create_table  # noqa: E402
-from om_lib.adapters.aws.dynamodb.store import DynamoMemoryStore, _thread_pk  # noqa: E402
+from om_lib.adapters.aws.dynamodb.store import DynamoMemoryStore  # noqa: E402
 from om_lib.adapters.tiktoken_counter import get_tokenizer  # noqa: E402
 from om_lib.clock import ManualClock  # noqa: E402
 from om_lib.config import OMConfig  # noqa: E402
