@@ -16,7 +16,7 @@ grants cannot widen it behind our back.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from aws_cdk import Duration, RemovalPolicy, Stack
@@ -172,7 +172,7 @@ class MemoryKey(Construct):
         *,
         principals: list[iam.IPrincipal],
         actions: Sequence[str],
-        conditions: dict[str, object] | None = None,
+        conditions: Mapping[str, object] | None = None,
     ) -> None:
         self.document.add_statements(
             iam.PolicyStatement(
