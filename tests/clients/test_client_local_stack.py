@@ -8,7 +8,7 @@ import time
 
 import pytest
 from om_client import AsyncMemoryClient, MemoryClient, Message
-from om_client.errors import InvalidRequest, MessageConflict, NotFound, ThreadExists, ThreadNotFound
+from om_client.errors import BufferingDisabled, InvalidRequest, MessageConflict, NotFound, ThreadExists, ThreadNotFound
 from om_client.models import ImagePart, ToolCallPart, ToolResultPart
 
 from om_cli.local_stack import LocalStack
@@ -202,9 +202,9 @@ def test_memory_work_on_demand_imported_history_and_a_pinned_title(
         assert [m.parts[0].text for m in om.messages(thread_id).messages] == ['Hello again.']
         with pytest.raises(ValueError, match='created_at'):
             om.observe(thread_id, ['no date'])
-        with pytest.raises(InvalidRequest) as refused:
+        with pytest.raises(BufferingDisabled) as refused:
             om.buffer(thread_id)  # this stack observes synchronously: nothing is buffered
-        assert refused.value.code == 'buffering_disabled'
+        assert isinstance(refused.value, InvalidRequest) and refused.value.status == 422
         pinned = om.update_thread(thread_id, title='Porto')
         assert pinned.title_pinned and not om.update_thread(thread_id, title=None).title_pinned
 

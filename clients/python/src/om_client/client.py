@@ -378,7 +378,8 @@ class MemoryClient(_Base):
         return self.send(self.calls.reflect(thread_id, resource_id=resource_id))
 
     def buffer(self, thread_id: str, *, resource_id: str | None = None) -> MemoryOperation:
-        """Buffer the thread's unbuffered messages now, as one chunk (thread scope with buffering on)."""
+        """Buffer the thread's unbuffered messages now, as one chunk (thread scope with buffering on; else
+        `BufferingDisabled`)."""
         return self.send(self.calls.buffer(thread_id, resource_id=resource_id))
 
     def messages(

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 __all__ = [
     'APIError',
     'BadRequest',
+    'BufferingDisabled',
     'Conflict',
     'ConnectionFailed',
     'DependencyUnavailable',
@@ -223,6 +224,11 @@ class InvalidInput(InvalidRequest, code='invalid_input'):
 
 class RetrievalDisabled(InvalidRequest, code='retrieval_disabled'):
     """422 `retrieval_disabled`: recall needs `retrieval` in the server's OM configuration."""
+
+
+class BufferingDisabled(InvalidRequest, code='buffering_disabled'):
+    """422 `buffering_disabled`: `buffer` needs observations buffered (thread scope with `observation.bufferTokens`);
+    observe instead."""
 
 
 class WorkingMemoryDisabled(InvalidRequest, code='working_memory_disabled'):
