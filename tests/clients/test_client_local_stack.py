@@ -70,7 +70,11 @@ def test_memory_observations_and_queries(stack: LocalStack, resource_id: str, th
         assert 'Portugal' in step.system and {t.name for t in step.tools} >= {'recall'}
         first = om.messages(thread_id, per_page=2)
         assert first.has_more and len(first.messages) == 2
-        assert len(list(om.iter_messages(thread_id, per_page=2))) == 6
+        every = list(om.iter_messages(thread_id, per_page=2))
+        assert len(every) == 6
+        # Newest first: page 0 holds the two newest, newest at the top
+        newest = om.messages(thread_id, per_page=2, direction='DESC')
+        assert [m.id for m in newest.messages] == [every[5].id, every[4].id] and newest.has_more
         around = om.query_messages(thread_id, per_page=0, include=[{'id': first.messages[1].id, 'withNextMessages': 1}])
         assert [m.id for m in around.messages][:1] == [first.messages[1].id] and len(around.messages) == 2
         recalled = om.recall(thread_id, limit=2)

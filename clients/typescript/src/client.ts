@@ -459,15 +459,16 @@ export class MemoryClient {
     );
   }
 
-  /** A page of the thread's stored messages, oldest first. */
+  /** A page of the thread's stored messages, oldest first (`direction: 'DESC'`: newest first, page 0 the newest). */
   async messages(
     threadId: string,
-    options: CallOptions & { page?: number; perPage?: number } = {},
+    options: CallOptions & { page?: number; perPage?: number; direction?: 'ASC' | 'DESC' } = {},
   ): Promise<MessagesPage> {
     const query = {
       resourceId: this.resource(options.resourceId),
       page: options.page ?? 0,
       perPage: options.perPage ?? 100,
+      ...(options.direction !== undefined && options.direction !== 'ASC' ? { direction: options.direction } : {}),
     };
     return this.send(
       `GET /threads/${threadId}/messages`,

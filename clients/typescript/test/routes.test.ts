@@ -97,6 +97,7 @@ test('memory observes; queries, recall, generations and pages read it back', asy
   const first = await om.messages(thread, { perPage: 2 });
   const all: Message[] = [];
   for await (const message of om.iterMessages(thread, { perPage: 2 })) all.push(message);
+  const newest = await om.messages(thread, { perPage: 2, direction: 'DESC' });
   const around = await om.queryMessages(thread, {
     perPage: 0,
     include: [{ id: first.messages[1]!.id, withNextMessages: 1 }],
@@ -111,6 +112,12 @@ test('memory observes; queries, recall, generations and pages read it back', asy
   assert.ok(generations.generations.length >= 1 && generations.generations[0]!.current);
   assert.ok(first.hasMore && first.messages.length === 2);
   assert.equal(all.length, 6);
+  // Newest first: page 0 holds the two newest, newest at the top
+  assert.deepEqual(
+    newest.messages.map((m) => m.id),
+    [all[5]!.id, all[4]!.id],
+  );
+  assert.ok(newest.hasMore);
   assert.deepEqual(around.messages.map((m) => m.id).slice(0, 1), [first.messages[1]!.id]);
   assert.equal(around.messages.length, 2);
   assert.equal(recalled.count, 2);

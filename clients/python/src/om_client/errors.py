@@ -1,4 +1,4 @@
-"""Exceptions: one class per error code of the API (CONTRACT §2 "Errors"), grouped by HTTP status.
+"""Exceptions: one class per error code of the API (docs/api.md, "Errors"), grouped by HTTP status.
 
 Every error answer has the shape `{"error": {"code", "message", "details"}}`; `error_for(status, body)` picks the
 class registered for `code`, or the class of the status family when the code is one this client does not know yet
@@ -27,6 +27,8 @@ __all__ = [
     'Erased',
     'Forbidden',
     'GatewayTimeout',
+    'HostNotAllowed',
+    'InProgress',
     'InternalError',
     'InvalidId',
     'InvalidInput',
