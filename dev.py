@@ -59,7 +59,7 @@ def ensure_env() -> None:
 GATES = (
     ('ruff check', ['-m', 'ruff', 'check', '.']),
     ('ruff format --check', ['-m', 'ruff', 'format', '--check', '.']),
-    ('mypy --strict (om_lib, functions)', ['-m', 'mypy']),
+    ('mypy --strict (om_lib, functions, om_cli, infra, the Python client)', ['-m', 'mypy']),
     ('import-linter contracts', ['-c', 'from importlinter.cli import lint_imports_command; lint_imports_command()']),
 )
 

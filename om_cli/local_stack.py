@@ -222,8 +222,8 @@ class SerialDynamoDB:
 
 def linearizable_moto_server() -> Any:
     """The embedded moto server, with DynamoDB's requests serialised (`SerialDynamoDB`)."""
-    from moto.moto_server.werkzeug_app import MotoRequestHandler
-    from moto.server import DomainDispatcherApplication, ThreadedMotoServer, create_backend_app
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from moto.server import ThreadedMotoServer
     from werkzeug.serving import make_server
 
     class Server(ThreadedMotoServer):
@@ -244,7 +244,7 @@ def register_in_process_function(name: str, target: Callable[[dict[str, Any]], A
     with _PATCH_LOCK:
         if _ORIGINAL_INVOKE is None:
             _ORIGINAL_INVOKE = LambdaSimpleBackend.invoke
-            LambdaSimpleBackend.invoke = _patched_invoke  # type: ignore[method-assign,assignment]
+            LambdaSimpleBackend.invoke = _patched_invoke  # type: ignore[method-assign]
         _IN_PROCESS[name] = target
 
 
@@ -305,7 +305,7 @@ def isolate_requests(app: Any) -> None:
     app.__class__ = resolver_class
 
 
-def _per_thread_resolve(state: threading.local, base: type) -> Callable[..., Any]:
+def _per_thread_resolve(state: threading.local, base: type[Any]) -> Callable[..., Any]:
     def resolve(self: Any, event: dict[str, Any], context: Any) -> Any:
         # What the base class stores in BaseRouter's class attributes, this thread keeps for itself (the base class
         # still writes them; nothing reads them through this resolver).
@@ -447,8 +447,9 @@ class _RequestRefused(Exception):
 
 
 def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
-    watchdog = stack._watchdog  # noqa: SLF001 - the stack's own server parts
-    assert watchdog is not None
+    running = stack._watchdog  # noqa: SLF001 - the stack's own server parts
+    assert running is not None
+    watchdog: _Watchdog = running  # the handler class's methods see this name narrowed
 
     class _Handler(BaseHTTPRequestHandler):
         protocol_version = 'HTTP/1.1'
@@ -995,8 +996,8 @@ class LocalStack:
     def describe(self) -> dict[str, Any]:
         """What `om invoke --stack URL` needs to run a function against this stack: its AWS endpoint and the
         functions' environment (names, queue, state machine, configuration)."""
-        keep = ('OM_TABLE_NAME', 'OM_BUCKET_NAME', 'OM_WORK_QUEUE_URL', 'OM_REFLECTION_STATE_MACHINE_ARN')
-        keep += ('OM_EVENT_BUS_NAME',)
+        keep: tuple[str, ...] = ('OM_TABLE_NAME', 'OM_BUCKET_NAME', 'OM_WORK_QUEUE_URL')
+        keep += ('OM_REFLECTION_STATE_MACHINE_ARN', 'OM_EVENT_BUS_NAME')
         keep += ('OM_AUTH_MODE', 'OM_OFFLINE_FALLBACK', 'OM_CONFIG_FILE', 'OM_CONFIG', 'OM_REQUEST_TIME_BUDGET_S')
         return {
             'endpoint': self.endpoint,
@@ -1012,7 +1013,7 @@ class LocalStack:
 
             env_name = 'AWS_ENDPOINT_URL_' + {'stepfunctions': 'SFN'}.get(service, service.upper().replace('-', '_'))
             endpoint = os.environ.get(env_name) or self.endpoint
-            self._clients[service] = boto3.client(service, region_name=self.region, endpoint_url=endpoint)
+            self._clients[service] = boto3.client(service, region_name=self.region, endpoint_url=endpoint)  # type: ignore[call-overload]
         return self._clients[service]
 
     def _create_resources(self) -> None:
@@ -1158,7 +1159,7 @@ class LocalStack:
             env['OM_CONFIG_FILE'] = str(Path(self.config_file).resolve())
         elif self.config is not None:
             env['OM_CONFIG'] = json.dumps(self.config)
-            env['OM_CONFIG_FILE'] = None  # type: ignore[assignment] - OM_CONFIG_FILE would win over OM_CONFIG
+            env['OM_CONFIG_FILE'] = None  # OM_CONFIG_FILE would win over OM_CONFIG
         env.update(self.extra_env)
         for name, value in env.items():
             self._setenv(name, value)

@@ -19,6 +19,7 @@ import threading
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote, urlencode
@@ -320,7 +321,7 @@ class Chat:
         rest = rest.strip()
         if command in ('/quit', '/exit'):
             return False
-        actions = {
+        actions: dict[str, Callable[[], object]] = {
             '/help': lambda: self.say(CHAT_HELP),
             '/memory': self.memory,
             '/threads': self.threads,
@@ -500,7 +501,7 @@ class _StreamPrinter:
     def chunk(self, chunk: dict[str, Any]) -> None:
         kind = str(chunk.get('type', ''))
         if kind.startswith('data-om-'):
-            part = {'type': kind, 'data': chunk.get('data') or {}}
+            part: dict[str, Any] = {'type': kind, 'data': chunk.get('data') or {}}
             if kind == 'data-om-status':  # the windows the Actor got replace the first look
                 self.parts = [p for p in self.parts if p['type'] != kind]
             self.parts.append(part)

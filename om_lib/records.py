@@ -9,6 +9,7 @@ thread, so a thread's progress moves only when its own observation commits.
 from __future__ import annotations
 
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -190,6 +191,20 @@ class OMRecord(_Model):
     def cursor(self, thread_id: str) -> int:
         """The last observed `seq` of a thread (0 when nothing was observed)."""
         return self.cursors.get(thread_id, 0)
+
+
+# A staged (buffered) reflection's fields, cleared together whenever it is activated, dropped or made stale:
+# `record.model_copy(update={**NO_STAGED_REFLECTION, ...})` or `writer.next_generation(..., **NO_STAGED_REFLECTION)`.
+NO_STAGED_REFLECTION: MappingProxyType[str, None] = MappingProxyType(
+    {
+        'buffered_reflection': None,
+        'buffered_reflection_tokens': None,
+        'buffered_reflection_input_tokens': None,
+        'reflected_line_count': None,
+        'buffered_reflection_cycle_id': None,
+        'buffered_reflection_usage': None,
+    }
+)
 
 
 class WorkingMemoryRecord(_Model):

@@ -13,7 +13,7 @@ name and ARN are outputs).
 
 from __future__ import annotations
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Stack
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
@@ -40,13 +40,10 @@ class LifecycleEvents(Construct):
         # Named, so the key policy and the queues' policies name its ARN as a plain string (no reference cycle).
         self.bus_name = f'{stack.stack_name}-lifecycle'
         self.bus_arn = stack.format_arn(service='events', resource='event-bus', resource_name=self.bus_name)
-        self.bus_dead_letter_queue = sqs.Queue(
+        self.bus_dead_letter_queue = key.new_queue(
             self,
             'BusDeadLetterQueue',
-            encryption=sqs.QueueEncryption.KMS,
-            encryption_master_key=key.key,
-            enforce_ssl=True,
-            retention_period=Duration.days(DLQ_RETENTION_DAYS),
+            retention_days=DLQ_RETENTION_DAYS,
         )
         acknowledge(
             self.bus_dead_letter_queue,
@@ -73,21 +70,15 @@ class LifecycleEvents(Construct):
 
     def _queue_behind_a_rule(self, stack: Stack) -> None:
         key = self.key
-        self.queue_dead_letter_queue = sqs.Queue(
+        self.queue_dead_letter_queue = key.new_queue(
             self,
             'QueueDeadLetterQueue',
-            encryption=sqs.QueueEncryption.KMS,
-            encryption_master_key=key.key,
-            enforce_ssl=True,
-            retention_period=Duration.days(DLQ_RETENTION_DAYS),
+            retention_days=DLQ_RETENTION_DAYS,
         )
-        self.queue = sqs.Queue(
+        self.queue = key.new_queue(
             self,
             'Queue',
-            encryption=sqs.QueueEncryption.KMS,
-            encryption_master_key=key.key,
-            enforce_ssl=True,
-            retention_period=Duration.days(QUEUE_RETENTION_DAYS),
+            retention_days=QUEUE_RETENTION_DAYS,
             dead_letter_queue=sqs.DeadLetterQueue(
                 max_receive_count=LIFECYCLE_QUEUE_MAX_RECEIVES, queue=self.queue_dead_letter_queue
             ),

@@ -24,8 +24,9 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from functions.api.edge import CORS_HEADERS, CORS_MAX_AGE_S, CORS_METHODS, MAX_BODY_BYTES, NOSNIFF
+from functions.api.edge import CORS_HEADERS, CORS_MAX_AGE_S, CORS_METHODS, NOSNIFF
 from functions.api.errors import gateway_response_templates
+from functions.api.limits import MAX_BODY_BYTES
 from infra.constants import (
     AUTH_MODES,
     DEFAULT_AUTH_CLAIM,

@@ -16,11 +16,13 @@ grants cannot widen it behind our back.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.constants import (
@@ -108,6 +110,19 @@ class MemoryKey(Construct):
         """The key's ARN."""
         return self.cfn.attr_arn
 
+    def new_queue(self, scope: Construct, construct_id: str, *, retention_days: int, **props: Any) -> sqs.Queue:
+        """An SQS queue encrypted with this key and reachable over TLS only, keeping messages `retention_days`;
+        `props` adds the queue's own settings (FIFO, visibility timeout, dead-letter queue ...)."""
+        return sqs.Queue(
+            scope,
+            construct_id,
+            encryption=sqs.QueueEncryption.KMS,
+            encryption_master_key=self.key,
+            enforce_ssl=True,
+            retention_period=Duration.days(retention_days),
+            **props,
+        )
+
     def allow(
         self, sid: str, principal: iam.IPrincipal, actions: Iterable[str], services: Iterable[KmsService]
     ) -> None:
@@ -157,7 +172,7 @@ class MemoryKey(Construct):
         *,
         principals: list[iam.IPrincipal],
         actions: Sequence[str],
-        conditions: dict[str, object] | None = None,
+        conditions: Mapping[str, object] | None = None,
     ) -> None:
         self.document.add_statements(
             iam.PolicyStatement(

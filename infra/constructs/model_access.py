@@ -71,7 +71,7 @@ def configured_models(
     """The models each role may call with this configuration, in order (empty for a role that is off)."""
     resolved = config.resolved()
     by_role: dict[str, tuple[ModelRef, ...]] = dict.fromkeys(MODEL_ROLES, ())
-    by_role.update(resolved.models_by_role())
+    by_role.update(resolved.models_by_role().items())
     # As functions._wiring.semantic(): the embedder runs only for semantic search or recall; `local` and `hashing`
     # run in process.
     if resolved.semantic_search and '/' in embedding_model:

@@ -47,21 +47,15 @@ class OrphanUploadCleanup(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         bucket.report_new_objects_to_eventbridge()
-        self.dead_letter_queue = sqs.Queue(
+        self.dead_letter_queue = key.new_queue(
             self,
             'DeadLetterQueue',
-            encryption=sqs.QueueEncryption.KMS,
-            encryption_master_key=key.key,
-            enforce_ssl=True,
-            retention_period=Duration.days(DLQ_RETENTION_DAYS),
+            retention_days=DLQ_RETENTION_DAYS,
         )
-        self.queue = sqs.Queue(
+        self.queue = key.new_queue(
             self,
             'Queue',
-            encryption=sqs.QueueEncryption.KMS,
-            encryption_master_key=key.key,
-            enforce_ssl=True,
-            retention_period=Duration.days(QUEUE_RETENTION_DAYS),
+            retention_days=QUEUE_RETENTION_DAYS,
             visibility_timeout=Duration.seconds(consumer_timeout.to_seconds() * QUEUE_VISIBILITY_FACTOR),
             dead_letter_queue=sqs.DeadLetterQueue(
                 max_receive_count=UPLOAD_EVENTS_MAX_RECEIVES, queue=self.dead_letter_queue

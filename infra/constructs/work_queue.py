@@ -31,28 +31,22 @@ class WorkQueue(Construct):
         self.memory_key = key
         # A data key is reused for this long (fewer KMS calls; AWS's default is 5 minutes, the maximum 24 hours).
         reuse = Duration.hours(1)
-        self.dead_letter_queue = sqs.Queue(
+        self.dead_letter_queue = key.new_queue(
             self,
             'DeadLetterQueue',
+            retention_days=DLQ_RETENTION_DAYS,
             fifo=True,
-            encryption=sqs.QueueEncryption.KMS,
-            encryption_master_key=key.key,
             data_key_reuse=reuse,
-            enforce_ssl=True,
-            retention_period=Duration.days(DLQ_RETENTION_DAYS),
         )
-        self.queue = sqs.Queue(
+        self.queue = key.new_queue(
             self,
             'Queue',
+            retention_days=QUEUE_RETENTION_DAYS,
             fifo=True,
             # High-throughput FIFO: ordering and de-duplication per record, not across the whole queue.
             deduplication_scope=sqs.DeduplicationScope.MESSAGE_GROUP,
             fifo_throughput_limit=sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,
-            encryption=sqs.QueueEncryption.KMS,
-            encryption_master_key=key.key,
             data_key_reuse=reuse,
-            enforce_ssl=True,
-            retention_period=Duration.days(QUEUE_RETENTION_DAYS),
             # AWS: at least six times the consumer's timeout, so retries of a throttled batch stay invisible.
             visibility_timeout=Duration.seconds(consumer_timeout.to_seconds() * QUEUE_VISIBILITY_FACTOR),
             dead_letter_queue=sqs.DeadLetterQueue(max_receive_count=QUEUE_MAX_RECEIVES, queue=self.dead_letter_queue),

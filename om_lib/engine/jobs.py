@@ -25,7 +25,7 @@ from om_lib.observation.background import keep_background_parts
 from om_lib.observation.observation import Backlog, backlog_of
 from om_lib.parts import BufferingFailed, CycleParts
 from om_lib.records import OMRecord, Thread, record_key
-from om_lib.reflection.reflection import MIN_SYNC_REFLECTION_S, WORKER_BUDGET_S
+from om_lib.reflection.reflection import WORKER_BUDGET_S
 from om_lib.runtime.record_writer import lease_active
 from om_lib.runtime.runtime import has_pending_tool_call
 from om_lib.work import Job
@@ -180,21 +180,9 @@ class Jobs(MemoryRooms):
             if outcome.status != 'busy':
                 record = outcome.record
                 break
-            fresh = rt.wait_for_release(outcome.record, 'reflecting', limit, reserve_s=MIN_SYNC_REFLECTION_S)
-            if fresh is None:
-                parts.add(
-                    rt.failed_part(
-                        None,
-                        'reflection',
-                        outcome.record.observation_tokens,
-                        'another worker is reflecting this memory and did not finish within this request',
-                        outcome.record.id,
-                        thread_id,
-                        reason='busy',
-                    )
-                )
-                return rt.writer.fresh(outcome.record), parts
-            record = fresh
+            record, released = self.reflection.wait_for_other(outcome, thread_id, limit, parts)
+            if not released:
+                return record, parts
         return self.archive.enforce(record, thread_id, parts), parts
 
     def buffer_asked(

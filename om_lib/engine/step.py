@@ -246,21 +246,9 @@ class Steps(MemoryRooms):
             if outcome.status != 'busy':
                 return outcome.record
             # Another holder (the workflow, a concurrent step) is reflecting this very log: wait for its result.
-            fresh = rt.wait_for_release(outcome.record, 'reflecting', deadline, reserve_s=MIN_SYNC_REFLECTION_S)
-            if fresh is None:
-                parts.add(
-                    rt.failed_part(
-                        None,
-                        'reflection',
-                        outcome.record.observation_tokens,
-                        'another worker is reflecting this memory and did not finish within this request',
-                        outcome.record.id,
-                        thread_id,
-                        reason='busy',
-                    )
-                )
-                return rt.writer.fresh(outcome.record)
-            record = fresh
+            record, released = self.reflection.wait_for_other(outcome, thread_id, deadline, parts)
+            if not released:
+                return record
             if not self._reflection_pending(record):
                 return record
         return record

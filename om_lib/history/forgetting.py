@@ -47,7 +47,7 @@ from typing import Any, Protocol
 from om_lib.history.semantic import SemanticMemory
 from om_lib.observation import resource_scope as rs
 from om_lib.ports import MemoryStore
-from om_lib.records import ArchivedGroup, BufferedChunk, OMRecord, Scope, record_key
+from om_lib.records import NO_STAGED_REFLECTION, ArchivedGroup, BufferedChunk, OMRecord, Scope, record_key
 from om_lib.runtime.record_writer import RecordWriter
 
 logger = logging.getLogger(__name__)
@@ -227,7 +227,7 @@ def without_thread(record: OMRecord, thread_id: str, count: Callable[[str], int]
         'groups': tuple(g for g in record.groups if g.thread_id != thread_id),
         'archived': archive_without(record.archived, thread_id, None),
         'buffered_chunks': tuple(c for c in record.buffered_chunks if c.thread_id != thread_id),
-        **_NO_STAGED_REFLECTION,
+        **NO_STAGED_REFLECTION,
     }
 
 
@@ -248,16 +248,6 @@ def archive_without(
     return tuple(g for g in archived if not derived(g))
 
 
-_NO_STAGED_REFLECTION: dict[str, Any] = {
-    'buffered_reflection': None,
-    'buffered_reflection_tokens': None,
-    'buffered_reflection_input_tokens': None,
-    'buffered_reflection_cycle_id': None,
-    'buffered_reflection_usage': None,
-    'reflected_line_count': None,
-}
-
-
 def reset(writer: RecordWriter, head: OMRecord) -> OMRecord:
     """The next generation of `head` with nothing observed: every message is observed again from the start. Every
     lease goes, so work in flight on the old log never commits into the new one."""
@@ -275,7 +265,7 @@ def reset(writer: RecordWriter, head: OMRecord) -> OMRecord:
         archived=(),
         buffered_chunks=(),
         last_buffered_at_tokens=0,
-        **_NO_STAGED_REFLECTION,
+        **NO_STAGED_REFLECTION,
         observing=None,
         reflecting=None,
         buffering_observation=None,

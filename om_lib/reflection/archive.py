@@ -29,7 +29,7 @@ from om_lib.config import ArchiveSettings
 from om_lib.context import context as ctx
 from om_lib.observation import resource_scope as rs
 from om_lib.parts import CycleParts, ObservationsArchived
-from om_lib.records import ArchivedGroup, OMRecord
+from om_lib.records import NO_STAGED_REFLECTION, ArchivedGroup, OMRecord
 from om_lib.runtime.record_writer import lease_active
 from om_lib.runtime.runtime import Runtime
 
@@ -352,12 +352,7 @@ class Archive:
                 archived=(*current.archived, *entries),
                 # A staged reflection nobody activated was drafted from lines that are no longer where it would
                 # put them.
-                buffered_reflection=None,
-                buffered_reflection_tokens=None,
-                buffered_reflection_input_tokens=None,
-                reflected_line_count=None,
-                buffered_reflection_cycle_id=None,
-                buffered_reflection_usage=None,
+                **NO_STAGED_REFLECTION,
                 last_buffered_at_tokens=0,
             )
 

@@ -35,7 +35,7 @@ from om_lib.parts import (
 from om_lib.prompts import observer as obs
 from om_lib.prompts import reflector as refl
 from om_lib.prompts.log_check import reflection_notes, reflection_problem
-from om_lib.records import Lease, ModelUsage, ObservationGroup, OMRecord
+from om_lib.records import NO_STAGED_REFLECTION, Lease, ModelUsage, ObservationGroup, OMRecord
 from om_lib.runtime.record_writer import LeaseName, lease_active
 from om_lib.runtime.runtime import Cycle, Runtime
 from om_lib.work import Job
@@ -240,12 +240,7 @@ class Reflection:
                 groups=reflection_groups(current, group_id, rt.clock.now()),
                 reflecting=None,
                 buffering_reflection=None,
-                buffered_reflection=None,
-                buffered_reflection_tokens=None,
-                buffered_reflection_input_tokens=None,
-                reflected_line_count=None,
-                buffered_reflection_cycle_id=None,
-                buffered_reflection_usage=None,
+                **NO_STAGED_REFLECTION,
                 reflection_failures=None,
                 reflection_retry_at=None,
                 last_buffered_at_tokens=0,
@@ -401,6 +396,29 @@ class Reflection:
         return ReflectionOutcome(committed, 'committed')
 
     # -- async buffering of reflection (spec §12.4–§12.6) --------------------------------------------------------------
+    def wait_for_other(
+        self, busy: ReflectionOutcome, thread_id: str, deadline: float, parts: CycleParts
+    ) -> tuple[OMRecord, bool]:
+        """After `reflect_now` said `busy` (the workflow or a concurrent request holds this log's reflection lease):
+        wait for that holder, keeping time for a reflection of our own. `(fresh head, True)` once it is done; when it
+        is not done within the budget, a `busy` failure part and `(the head as it is, False)`."""
+        rt = self.rt
+        fresh = rt.wait_for_release(busy.record, 'reflecting', deadline, reserve_s=MIN_SYNC_REFLECTION_S)
+        if fresh is not None:
+            return fresh, True
+        parts.add(
+            rt.failed_part(
+                None,
+                'reflection',
+                busy.record.observation_tokens,
+                'another worker is reflecting this memory and did not finish within this request',
+                busy.record.id,
+                thread_id,
+                reason='busy',
+            )
+        )
+        return rt.writer.fresh(busy.record), False
+
     def start_buffered(self, record: OMRecord, thread_id: str, parts: CycleParts) -> tuple[OMRecord, bool]:
         """Start a background reflection through the workflow when due; marks the record so it starts once."""
         rt = self.rt
@@ -723,12 +741,7 @@ class Reflection:
             record,
             name,
             owner,
-            buffered_reflection=None,
-            buffered_reflection_tokens=None,
-            buffered_reflection_input_tokens=None,
-            reflected_line_count=None,
-            buffered_reflection_cycle_id=None,
-            buffered_reflection_usage=None,
+            **NO_STAGED_REFLECTION,
             **self._backoff(record),
         )
         if held is not None and held.owner == owner:

@@ -285,7 +285,7 @@ def test_every_code_the_server_answers_has_its_own_class() -> None:
         'invalid_input', 'retrieval_disabled', 'working_memory_disabled', 'invalid_working_memory',
         'working_memory_too_large', 'model_unavailable', 'model_error', 'storage_unavailable', 'internal_error',
         'too_many_requests', 'dependency_unavailable', 'timeout', 'bad_request', 'invalid_id', 'too_large',
-        'unsupported_media_type', 'origin_not_allowed',
+        'unsupported_media_type', 'origin_not_allowed', 'buffering_disabled',
     }  # fmt: skip
     assert server_codes <= set(BY_CODE)
     assert len({BY_CODE[c] for c in server_codes}) == len(server_codes)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 from om_client import AsyncMemoryClient, MemoryClient, Message
-from om_client.errors import InvalidRequest, MessageConflict, NotFound, ThreadExists, ThreadNotFound
+from om_client.errors import BufferingDisabled, InvalidRequest, MessageConflict, NotFound, ThreadExists, ThreadNotFound
 from om_client.models import ImagePart, ToolCallPart, ToolResultPart
 
 from om_cli.local_stack import LocalStack
@@ -70,7 +70,11 @@ def test_memory_observations_and_queries(stack: LocalStack, resource_id: str, th
         assert 'Portugal' in step.system and {t.name for t in step.tools} >= {'recall'}
         first = om.messages(thread_id, per_page=2)
         assert first.has_more and len(first.messages) == 2
-        assert len(list(om.iter_messages(thread_id, per_page=2))) == 6
+        every = list(om.iter_messages(thread_id, per_page=2))
+        assert len(every) == 6
+        # Newest first: page 0 holds the two newest, newest at the top
+        newest = om.messages(thread_id, per_page=2, direction='DESC')
+        assert [m.id for m in newest.messages] == [every[5].id, every[4].id] and newest.has_more
         around = om.query_messages(thread_id, per_page=0, include=[{'id': first.messages[1].id, 'withNextMessages': 1}])
         assert [m.id for m in around.messages][:1] == [first.messages[1].id] and len(around.messages) == 2
         recalled = om.recall(thread_id, limit=2)
@@ -202,9 +206,9 @@ def test_memory_work_on_demand_imported_history_and_a_pinned_title(
         assert [m.parts[0].text for m in om.messages(thread_id).messages] == ['Hello again.']
         with pytest.raises(ValueError, match='created_at'):
             om.observe(thread_id, ['no date'])
-        with pytest.raises(InvalidRequest) as refused:
+        with pytest.raises(BufferingDisabled) as refused:
             om.buffer(thread_id)  # this stack observes synchronously: nothing is buffered
-        assert refused.value.code == 'buffering_disabled'
+        assert isinstance(refused.value, InvalidRequest) and refused.value.status == 422
         pinned = om.update_thread(thread_id, title='Porto')
         assert pinned.title_pinned and not om.update_thread(thread_id, title=None).title_pinned
 

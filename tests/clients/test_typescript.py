@@ -1,6 +1,7 @@
 """The TypeScript client (`clients/typescript`): its checked-in types equal a fresh generation from the served OpenAPI
 document, and `npm test` (Node's test runner) passes against `om serve` (its own process, with small thresholds), also
-behind a SigV4-verifying stand-in for API Gateway, with the fake OpenAI server as the app's model.
+behind a SigV4-verifying stand-in for API Gateway, with the fake OpenAI server as the app's model, and against a second
+`om serve` that buffers observations (buffer now, activation on a change of the Actor's model).
 
 The Node tests find what they need in the environment (OM_TEST_*); run alone (`npm test` in clients/typescript)
 they run the tests that need no server and skip the rest.
@@ -16,6 +17,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -41,6 +43,13 @@ TS_STACK_CONFIG: dict[str, Any] = {
     'retrieval': {'vector': True},
     'workingMemory': {'enabled': True},
 }
+# Observations buffered: a short conversation stays below bufferTokens (nothing is buffered until asked), and a step
+# naming another Actor model activates what is buffered.
+BUFFERED_STACK_CONFIG: dict[str, Any] = {
+    'model': 'offline',
+    'observation': {'messageTokens': 2000, 'bufferTokens': 1000},
+    'activateOnProviderChange': True,
+}
 
 
 def _unavailable(reason: str) -> NoReturn:
@@ -60,12 +69,11 @@ def node() -> str:
     return found
 
 
-@pytest.fixture(scope='module')
-def ts_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@contextmanager
+def _om_serve(folder: Path, config: dict[str, Any]) -> Iterator[str]:
     """`om serve` in its own process (the package's in-process stack owns this process's AWS settings): its URL."""
-    folder = tmp_path_factory.mktemp('ts-stack')
-    config = folder / 'om.json'
-    config.write_text(json.dumps(TS_STACK_CONFIG))
+    config_file = folder / 'om.json'
+    config_file.write_text(json.dumps(config))
     # Its own embedded emulator: nothing of another stack's endpoints, configuration or model keys.
     env = {
         k: v
@@ -80,7 +88,7 @@ def ts_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     url = f'http://127.0.0.1:{port}'
     log = folder / 'om-serve.log'
-    command = [sys.executable, '-m', 'om_cli.main', 'serve', '--port', str(port), '--config', str(config)]
+    command = [sys.executable, '-m', 'om_cli.main', 'serve', '--port', str(port), '--config', str(config_file)]
     with log.open('w') as out:
         server = subprocess.Popen(
             [*command, '--sweep-interval', '0'], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
@@ -105,6 +113,18 @@ def ts_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             server.wait(timeout=10)
 
 
+@pytest.fixture(scope='module')
+def ts_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with _om_serve(tmp_path_factory.mktemp('ts-stack'), TS_STACK_CONFIG) as url:
+        yield url
+
+
+@pytest.fixture(scope='module')
+def buffered_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with _om_serve(tmp_path_factory.mktemp('ts-buffered-stack'), BUFFERED_STACK_CONFIG) as url:
+        yield url
+
+
 def _run(node: str, args: list[str], *, env: dict[str, str] | None = None, timeout: float = 300) -> str:
     """Run node (or npm) in the package; its output, or a failure that shows it."""
     done = subprocess.run(
@@ -126,10 +146,11 @@ def test_the_generated_types_equal_a_fresh_generation_from_the_server(node: str,
     assert 'up to date' in output
 
 
-def test_npm_test_passes_against_the_local_stack(node: str, ts_stack: str) -> None:
+def test_npm_test_passes_against_the_local_stack(node: str, ts_stack: str, buffered_stack: str) -> None:
     with RemoteScriptedOpenAI() as model, SigV4Proxy(ts_stack, IDENTITY) as iam_api:
         env = {
             'OM_TEST_API_URL': ts_stack,
+            'OM_TEST_BUFFERED_API_URL': buffered_stack,
             'OM_TEST_SIGV4_URL': iam_api.url,
             'OM_TEST_OPENAI_URL': model.url,
             'OM_TEST_REQUIRE_SERVER': '1',

@@ -39,10 +39,13 @@ import type {
   Health,
   ImagePart,
   Include,
+  ImportedMessage,
   ListedMessage,
   MemoryGenerations,
+  MemoryOperation,
   MemoryStatus,
   Message,
+  MessageInput,
   MessageLike,
   MessagesPage,
   MessagesQueryResult,
@@ -246,17 +249,20 @@ export class MemoryClient {
   }
 
   // -- conversation ---------------------------------------------------------------------------------------------
-  /** Save a step's new input (plain strings are user messages) and get the Actor's context. */
+  /** Save a step's new input (plain strings are user messages) and get the Actor's context. `actorModel`
+   * (`provider/model`): the model your Actor calls, which `activateAfterIdle: "auto"` and `activateOnProviderChange`
+   * use (the memory middleware sends the wrapped model's). */
   async step(
     threadId: string,
     messages: readonly MessageLike[] = [],
-    options: CallOptions & { stepNumber?: number; readOnly?: boolean } = {},
+    options: CallOptions & { stepNumber?: number; readOnly?: boolean; actorModel?: string } = {},
   ): Promise<StepResult> {
     const body = clean({
       resourceId: this.resource(options.resourceId),
       messages: messages.map((m) => asMessage(m, 'user')),
       stepNumber: options.stepNumber,
       readOnly: options.readOnly,
+      actorModel: options.actorModel,
     });
     return this.send(
       `POST /threads/${threadId}/steps`,
@@ -406,15 +412,63 @@ export class MemoryClient {
     );
   }
 
-  /** A page of the thread's stored messages, oldest first. */
+  // Observe, reflect and buffer are retried like every call: the same import is observed once (the server knows it by
+  // its messages' roles, contents and dates), a log just reflected is not reflected again, and a repeated observe or
+  // buffer finds nothing left (`nothing_to_do`).
+
+  /** Observe now: the thread's unobserved messages (below the threshold too), or, with `messages`, history imported
+   * from another system (each with its `createdAt`), observed into the thread's memory without being added to its
+   * messages. The same import twice is observed once. One import is one Observer call: at most
+   * `observation.messageTokens` tokens (else `TooLarge`, nothing observed): send a long history in parts, oldest
+   * first. The thread must exist (`createThread`). */
+  async observe(
+    threadId: string,
+    messages?: readonly (ImportedMessage | MessageInput)[],
+    options: CallOptions = {},
+  ): Promise<MemoryOperation> {
+    const body = clean({
+      resourceId: this.resource(options.resourceId),
+      messages: messages?.length ? importedMessages(messages) : undefined,
+    });
+    return this.send(
+      `POST /threads/${threadId}/memory/observe`,
+      (signal) => this.api.POST('/threads/{threadId}/memory/observe', { params: { path: { threadId } }, body, signal }),
+      options,
+    );
+  }
+
+  /** Reflect the memory now (below the threshold too); a log just reflected is left alone (`nothing_to_do`). */
+  async reflect(threadId: string, options: CallOptions = {}): Promise<MemoryOperation> {
+    const body = { resourceId: this.resource(options.resourceId) };
+    return this.send(
+      `POST /threads/${threadId}/memory/reflect`,
+      (signal) => this.api.POST('/threads/{threadId}/memory/reflect', { params: { path: { threadId } }, body, signal }),
+      options,
+    );
+  }
+
+  /** Buffer the thread's unbuffered messages now, as one chunk that activates like any other (at the threshold, or on
+   * idle). Only where observations are buffered (thread scope with `observation.bufferTokens`): else
+   * `BufferingDisabled`. */
+  async buffer(threadId: string, options: CallOptions = {}): Promise<MemoryOperation> {
+    const body = { resourceId: this.resource(options.resourceId) };
+    return this.send(
+      `POST /threads/${threadId}/memory/buffer`,
+      (signal) => this.api.POST('/threads/{threadId}/memory/buffer', { params: { path: { threadId } }, body, signal }),
+      options,
+    );
+  }
+
+  /** A page of the thread's stored messages, oldest first (`direction: 'DESC'`: newest first, page 0 the newest). */
   async messages(
     threadId: string,
-    options: CallOptions & { page?: number; perPage?: number } = {},
+    options: CallOptions & { page?: number; perPage?: number; direction?: 'ASC' | 'DESC' } = {},
   ): Promise<MessagesPage> {
     const query = {
       resourceId: this.resource(options.resourceId),
       page: options.page ?? 0,
       perPage: options.perPage ?? 100,
+      ...(options.direction !== undefined && options.direction !== 'ASC' ? { direction: options.direction } : {}),
     };
     return this.send(
       `GET /threads/${threadId}/messages`,
@@ -768,6 +822,19 @@ export class MemoryClient {
   async openapi(options: Pick<CallOptions, 'signal'> = {}): Promise<Record<string, unknown>> {
     return this.send('GET /openapi.json', (signal) => this.api.GET('/openapi.json', { signal }), options);
   }
+}
+
+/** Imported messages as the API takes them (each with its client-side id); a message without `createdAt` is refused
+ * before anything is sent, since its date is what dates the observations. */
+function importedMessages(messages: readonly (ImportedMessage | MessageInput)[]): ImportedMessage[] {
+  const imported = messages.map((m) => asMessage(m));
+  const undated = imported.filter((m) => !m.createdAt).map((m) => m.id);
+  if (undated.length) {
+    throw new TypeError(
+      `imported messages need createdAt (when they were said): ${undated.slice(0, 5).join(', ')} have none`,
+    );
+  }
+  return imported.map((m) => ({ ...m, createdAt: m.createdAt as string }));
 }
 
 function describe(error: unknown): string {

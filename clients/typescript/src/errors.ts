@@ -225,6 +225,12 @@ export class RetrievalDisabled extends InvalidRequest {
   override name = 'RetrievalDisabled';
   static override readonly code: string | undefined = 'retrieval_disabled';
 }
+/** 422 `buffering_disabled`: `buffer` needs observations buffered (thread scope with `observation.bufferTokens`);
+ * observe instead. */
+export class BufferingDisabled extends InvalidRequest {
+  override name = 'BufferingDisabled';
+  static override readonly code: string | undefined = 'buffering_disabled';
+}
 /** 422 `working_memory_disabled`: working memory is off in the server's configuration. */
 export class WorkingMemoryDisabled extends InvalidRequest {
   override name = 'WorkingMemoryDisabled';
@@ -306,6 +312,7 @@ export const BY_CODE: ReadonlyMap<string, ErrorClass> = new Map(
     InvalidId,
     InvalidInput,
     RetrievalDisabled,
+    BufferingDisabled,
     WorkingMemoryDisabled,
     InvalidWorkingMemory,
     InternalError,

@@ -77,6 +77,8 @@ export interface OmObservationEndData {
   threadId: string;
   currentTask?: string;
   suggestedResponse?: string;
+  /** Doubts about the answer that was accepted (`mostly_prose`, `repeated_item`, ...). */
+  notes?: string[];
 }
 
 /** `data-om-observation-failed`: nothing was committed; the messages stay unobserved. */
@@ -155,8 +157,36 @@ export interface OmActivationData {
   recordId: string;
   threadId: string;
   config: MarkerConfig;
-  triggeredBy: string;
+  /** What started it: the threshold, idle time past `activateAfterIdle` (`ttl`), or a change of the Actor's model
+   * (`provider_change`: the steps named another `actorModel`). */
+  triggeredBy: 'threshold' | 'ttl' | 'provider_change' | (string & {});
   observations?: string;
+  /** `ttl`: Unix milliseconds of the last reply the idle time is measured from. */
+  lastActivityAt?: number;
+  /** `ttl`: how long the thread had been idle, in milliseconds. */
+  ttlExpiredMs?: number;
+  /** `ttl`: the idle time in force, in milliseconds. */
+  activateAfterIdle?: number;
+  /** `provider_change`: the Actor's model before (`provider/model`). */
+  previousModel?: string;
+  /** `provider_change`: the Actor's model now (`provider/model`). */
+  currentModel?: string;
+}
+
+/** `data-om-observations-archived`: the log passed `observation.archive.afterTokens`, so its oldest observation
+ * groups moved into the archive (no model call); recall's `mode: "observations"` pages them back. */
+export interface OmObservationsArchivedData {
+  cycleId: string;
+  archivedAt: string;
+  groupsArchived: number;
+  tokensArchived: number;
+  observationTokens: number;
+  afterTokens: number;
+  archivedGroupsTotal: number;
+  archivedTokensTotal: number;
+  generationCount: number;
+  recordId: string;
+  threadId: string;
 }
 
 /** `data-om-scheduled`: background operations a request queued (`buffer`, `observe`, `reflect`, `title`). */
@@ -195,6 +225,7 @@ export type OmDataTypes = {
   'om-buffering-end': OmBufferingEndData;
   'om-buffering-failed': OmBufferingFailedData;
   'om-activation': OmActivationData;
+  'om-observations-archived': OmObservationsArchivedData;
   'om-scheduled': OmScheduledData;
   'om-actor-failed': OmActorFailedData;
   'om-reply-unsaved': OmReplyUnsavedData;

@@ -40,6 +40,15 @@ export type TurnResult = Omit<Schemas['TurnsOut'], 'parts'> & { parts: OmPart[] 
 /** `POST /threads/{id}/chat`: the Actor's reply (null when the Actor failed after the input was saved). */
 export type ChatResult = Omit<Schemas['ChatOut'], 'parts'> & { parts: OmPart[] };
 
+/** A message imported into memory with `observe`: `createdAt` (when it was said) is required, it dates the observations. */
+export type ImportedMessage = Schemas['ImportedMessageIn'];
+/**
+ * `POST /threads/{id}/memory/observe | reflect | buffer`: what the operation did and its `data-om-*` parts. `status`:
+ * `done`, `nothing_to_do` (a retry, or nothing left), `busy` (another worker held the memory past the request's
+ * budget: retry later) or `failed` (the model failed; nothing changed; the parts say why).
+ */
+export type MemoryOperation = Omit<Schemas['MemoryOperationOut'], 'parts'> & { parts: OmPart[] };
+
 export type MemoryStatus = Schemas['MemoryOut'];
 export type MemoryGenerations = Schemas['GenerationsOut'];
 export type MessagesPage = Schemas['MessagesPage'];

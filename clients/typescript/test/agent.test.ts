@@ -16,7 +16,7 @@ import {
   streamText,
   wrapLanguageModel,
 } from 'ai';
-import { MemoryClient, type OmPart, textOf } from 'om-client';
+import { MemoryClient, type OmPart, partsOf, textOf } from 'om-client';
 import { type MemoryUIMessage, observationalMemory, type OmProviderMetadata } from 'om-client/ai';
 import { FakeModel, servers, texts, uid } from './helpers.js';
 
@@ -154,6 +154,43 @@ test('generateText: a model call the AI SDK retries stores the user message once
   const om = result.providerMetadata?.om as unknown as OmProviderMetadata;
   assert.equal(om.saved.length, 1);
   assert.ok(memory.lastStep?.messages.some((m) => textOf(m) === 'I am Ana.'));
+});
+
+test("switching the app's model activates what memory buffered: each step names the wrapped model", async (t) => {
+  const env = servers(t);
+  if (!env) return;
+  const fake = new FakeModel(env.openai);
+  await fake.reset();
+  const client = new MemoryClient({ apiUrl: env.buffered, resourceId: uid('r') });
+  const threadId = uid('t');
+  const seen: OmPart[] = [];
+  const memory = observationalMemory({ client, threadId, onParts: (parts) => void seen.push(...parts) });
+  const provider = fakeProvider(fake);
+  const usual = wrapLanguageModel({ model: provider.chatModel('fake-model'), middleware: memory });
+  const other = wrapLanguageModel({ model: provider.chatModel('fake-model-large'), middleware: memory });
+
+  await generateText({ model: usual, prompt: 'My sister lives in Porto and loves trams.' });
+  const buffered = await client.buffer(threadId); // now, below bufferTokens
+  const afterBuffer = (await client.messages(threadId)).messages.map((m) => m.omStatus);
+  await generateText({ model: usual, prompt: 'I am visiting her in June.' }); // the same model: the chunk waits
+  const waiting = await client.memory(threadId);
+  const activationsBefore = partsOf(seen, 'data-om-activation').length;
+  await generateText({ model: other, prompt: 'Which city does my sister live in?' });
+
+  assert.equal(buffered.status, 'done', JSON.stringify(buffered.parts));
+  assert.equal(partsOf(buffered.parts, 'data-om-buffering-end').length, 1);
+  assert.deepEqual(afterBuffer, ['buffered', 'buffered']);
+  assert.doesNotMatch(waiting.observations, /Porto/);
+  assert.equal(activationsBefore, 0);
+  const [activation] = partsOf(seen, 'data-om-activation');
+  assert.deepEqual(
+    [activation?.data.triggeredBy, activation?.data.previousModel, activation?.data.currentModel],
+    ['provider_change', 'fake.chat/fake-model', 'fake.chat/fake-model-large'],
+  );
+  // The new model got the activated observations in its memory system message; memory shows them too.
+  const system = texts((await fake.requests()).at(-1)!, 'system').join('\n');
+  assert.match(system, /<observations>[^]*Porto[^]*<\/observations>/);
+  assert.match((await client.memory(threadId)).observations, /Porto/);
 });
 
 test("the data-om-* parts go to the app's UI message stream, before the reply, as they happen", async (t) => {

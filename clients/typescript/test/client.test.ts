@@ -5,10 +5,12 @@ import {
   APIError,
   BY_CODE,
   bearerAuth,
+  BufferingDisabled,
   Conflict,
   errorFor,
   HostNotAllowed,
   InProgress,
+  InvalidRequest,
   InvalidId,
   InvalidJSON,
   MemoryClient,
@@ -36,7 +38,16 @@ import { apiError, hang, json, networkError, ScriptedFetch } from './helpers.js'
 const URL_ = 'https://abc123.execute-api.eu-west-1.amazonaws.com/prod';
 const STEP = { threadId: 't1', resourceId: 'me', system: '', messages: [], tools: [], parts: [] };
 const AT = '2026-01-01T00:00:00Z';
-const THREAD = { id: 't1', resourceId: 'me', title: null, createdAt: AT, updatedAt: AT, metadata: {} };
+const THREAD = {
+  id: 't1',
+  resourceId: 'me',
+  title: null,
+  titlePinned: false,
+  createdAt: AT,
+  updatedAt: AT,
+  metadata: {},
+};
+const OPERATION = { status: 'done', generationCount: 0, observationTokens: 42, parts: [] };
 
 function client(fetch: ScriptedFetch, options: Partial<MemoryClientOptions> = {}) {
   const sleeps: number[] = [];
@@ -55,7 +66,10 @@ test('a step sends client-side ids, camelCase and plain strings as user messages
   const fetch = new ScriptedFetch(json(200, STEP));
   const { om } = client(fetch);
 
-  const result = await om.step('t1', ['hello', userMessage('again', { id: 'm1' })], { stepNumber: 2 });
+  const result = await om.step('t1', ['hello', userMessage('again', { id: 'm1' })], {
+    stepNumber: 2,
+    actorModel: 'openai/gpt-5.5',
+  });
 
   const { request } = fetch.requests[0]!;
   assert.equal(request.method, 'POST');
@@ -66,6 +80,7 @@ test('a step sends client-side ids, camelCase and plain strings as user messages
   assert.deepEqual(body, {
     resourceId: 'me',
     stepNumber: 2,
+    actorModel: 'openai/gpt-5.5',
     messages: [
       { id: body!.messages[0]!.id, role: 'user', parts: [{ type: 'text', text: 'hello' }] },
       { id: 'm1', role: 'user', parts: [{ type: 'text', text: 'again' }] },
@@ -128,6 +143,83 @@ test('threads, working memory and queries send what the API takes', async () => 
   assert.equal(new URL(wmFetch.requests[0]!.request.url).pathname, '/prod/threads/t1/working-memory');
   assert.deepEqual(wmFetch.bodies()[0], { workingMemory: '# Me', resourceId: 'me' });
   assert.deepEqual(queryFetch.bodies()[0], { resourceId: 'me', include: [{ id: 'm1' }], perPage: null });
+});
+
+test('observe sends imported messages with their ids and dates; reflect and buffer the resource', async () => {
+  const fetch = new ScriptedFetch(json(200, OPERATION));
+  const { om } = client(fetch);
+
+  const observed = await om.observe('t1', [
+    userMessage('My sister moved to Porto.', { createdAt: '2019-05-04T08:00:00Z' }),
+    { role: 'assistant', content: 'Nice!', createdAt: '2019-05-04T08:01:00Z' },
+  ]);
+  await om.observe('t1'); // the thread's own unobserved messages
+  await om.reflect('t1', { resourceId: 'you' });
+  await om.buffer('t1');
+
+  assert.deepEqual(
+    fetch.requests.map((r) => `${r.request.method} ${new URL(r.request.url).pathname}`),
+    [
+      'POST /prod/threads/t1/memory/observe',
+      'POST /prod/threads/t1/memory/observe',
+      'POST /prod/threads/t1/memory/reflect',
+      'POST /prod/threads/t1/memory/buffer',
+    ],
+  );
+  const [imported, own, reflect, buffer] = fetch.bodies() as { messages?: { id: string }[] }[];
+  assert.deepEqual(imported, {
+    resourceId: 'me',
+    messages: [
+      {
+        id: imported!.messages![0]!.id,
+        role: 'user',
+        parts: [{ type: 'text', text: 'My sister moved to Porto.' }],
+        createdAt: '2019-05-04T08:00:00Z',
+      },
+      { id: imported!.messages![1]!.id, role: 'assistant', content: 'Nice!', createdAt: '2019-05-04T08:01:00Z' },
+    ],
+  });
+  assert.match(imported!.messages![1]!.id, /^msg_/);
+  assert.deepEqual(own, { resourceId: 'me' });
+  assert.deepEqual(reflect, { resourceId: 'you' });
+  assert.deepEqual(buffer, { resourceId: 'me' });
+  assert.deepEqual(observed, OPERATION);
+});
+
+test('an import without createdAt is refused before anything is sent', async () => {
+  const fetch = new ScriptedFetch(json(200, OPERATION));
+  const { om } = client(fetch);
+
+  await assert.rejects(
+    om.observe('t1', [userMessage('no date', { id: 'undated' })]),
+    (error: unknown) => error instanceof TypeError && /createdAt.*undated/.test(error.message),
+  );
+  assert.equal(fetch.requests.length, 0);
+});
+
+test('the memory operations are retried after a lost answer with the same import; buffering_disabled is not', async () => {
+  const fetch = new ScriptedFetch(
+    networkError('UND_ERR_SOCKET'),
+    apiError(504, 'timeout'),
+    json(200, { ...OPERATION, status: 'nothing_to_do' }), // the first attempt observed it: the import is known
+  );
+  const { om } = client(fetch);
+
+  const result = await om.observe('t1', [{ role: 'user', content: 'Hi', createdAt: AT }]);
+
+  assert.equal(result.status, 'nothing_to_do');
+  assert.equal(fetch.requests.length, 3);
+  assert.equal(new Set(fetch.requests.map((r) => r.body)).size, 1); // the same message ids every time
+  const refused = new ScriptedFetch(apiError(422, 'buffering_disabled', 'this memory buffers nothing'));
+  const error = await client(refused)
+    .om.buffer('t1')
+    .catch((e: unknown) => e);
+  assert.ok(error instanceof BufferingDisabled && error instanceof InvalidRequest);
+  assert.deepEqual(
+    [error.status, error.code, error.message],
+    [422, 'buffering_disabled', 'this memory buffers nothing'],
+  );
+  assert.equal(refused.requests.length, 1);
 });
 
 // -- retries --------------------------------------------------------------------------------------------------------
@@ -286,6 +378,7 @@ test('each error code throws its class; an unknown code its status family', () =
     [413, 'too_large', TooLarge],
     [422, 'validation_error', ValidationFailed],
     [422, 'invalid_id', InvalidId],
+    [422, 'buffering_disabled', BufferingDisabled],
     [429, 'too_many_requests', RateLimited],
     [503, 'model_unavailable', ModelUnavailable],
     [503, 'some_new_503_code', ServiceUnavailable],
@@ -331,6 +424,7 @@ test("every code the server answers has its own class, the Python client's by th
     'too_large',
     'unsupported_media_type',
     'host_not_allowed',
+    'buffering_disabled',
   ];
   for (const code of serverCodes) assert.ok(BY_CODE.has(code), code);
   assert.equal(new Set(serverCodes.map((c) => BY_CODE.get(c))).size, serverCodes.length);

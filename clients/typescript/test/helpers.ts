@@ -8,6 +8,8 @@ import type { TestContext } from 'node:test';
 export interface Servers {
   /** `om serve` (the local stack), no auth. */
   api: string;
+  /** A second `om serve` whose observations are buffered (`bufferTokens`), activated when the Actor's model changes. */
+  buffered: string;
   /** A stand-in for an IAM-authorized API Gateway stage in front of it, verifying SigV4 with botocore. */
   sigv4: string;
   /** The fake OpenAI server (its API is at `${openai}/v1`, its control routes at `${openai}/_fake/...`). */
@@ -16,11 +18,12 @@ export interface Servers {
 
 export function servers(t: TestContext): Servers | undefined {
   const api = process.env.OM_TEST_API_URL;
+  const buffered = process.env.OM_TEST_BUFFERED_API_URL;
   const sigv4 = process.env.OM_TEST_SIGV4_URL;
   const openai = process.env.OM_TEST_OPENAI_URL;
-  if (api && sigv4 && openai) return { api, sigv4, openai };
+  if (api && buffered && sigv4 && openai) return { api, buffered, sigv4, openai };
   if (process.env.OM_TEST_REQUIRE_SERVER)
-    throw new Error('OM_TEST_API_URL, OM_TEST_SIGV4_URL and OM_TEST_OPENAI_URL are required');
+    throw new Error('OM_TEST_API_URL, OM_TEST_BUFFERED_API_URL, OM_TEST_SIGV4_URL and OM_TEST_OPENAI_URL are required');
   t.skip('needs the local stack: run through the test suite (pytest tests/clients/test_typescript.py)');
   return undefined;
 }

@@ -24,6 +24,13 @@ function stepAnswer(messages: unknown[]) {
 }
 
 function setup(...answers: ConstructorParameters<typeof ScriptedFetch>) {
+  return setupWith({}, ...answers);
+}
+
+function setupWith(
+  options: Partial<Parameters<typeof observationalMemory>[0]>,
+  ...answers: ConstructorParameters<typeof ScriptedFetch>
+) {
   const fetch = new ScriptedFetch(...answers);
   const client = new MemoryClient({ apiUrl: 'http://127.0.0.1:9', resourceId: 'me', fetch: fetch.fetch, retries: 0 });
   const parts: string[] = [];
@@ -31,6 +38,7 @@ function setup(...answers: ConstructorParameters<typeof ScriptedFetch>) {
     client,
     threadId: 't1',
     onParts: (ps, event) => void parts.push(...ps.map((p) => `${event.phase}:${p.type}`)),
+    ...options,
   });
   return { fetch, memory, parts };
 }
@@ -82,6 +90,27 @@ test('generate: the new input is saved, the model sees system messages first the
     ['data-om-status', 'data-om-scheduled'],
   );
   assert.deepEqual(parts, ['step:data-om-status', 'turn:data-om-scheduled']);
+});
+
+test("each step names the wrapped model as the Actor's (provider/modelId), or the actorModel given", async () => {
+  const generate = { content: [], finishReason: finishReason('stop'), usage: USAGE, warnings: [] };
+  const model = await mockModel({ provider: 'openai.chat', modelId: 'gpt-4o-mini', doGenerate: generate });
+  const other = await mockModel({ provider: 'anthropic.messages', modelId: 'claude-sonnet-4-5', doGenerate: generate });
+  const named = await mockModel({ modelId: 'x'.repeat(300), doGenerate: generate });
+  const { fetch, memory } = setup(stepAnswer([]));
+  const given = setupWith({ actorModel: 'openai/gpt-5.5' }, stepAnswer([]));
+
+  await wrapLanguageModel({ model, middleware: memory }).doGenerate({ prompt: PROMPT });
+  await wrapLanguageModel({ model: other, middleware: memory }).doGenerate({ prompt: PROMPT });
+  await wrapLanguageModel({ model: named, middleware: memory }).doGenerate({ prompt: PROMPT });
+  await wrapLanguageModel({ model, middleware: given.memory }).doGenerate({ prompt: PROMPT });
+
+  assert.deepEqual(
+    (fetch.bodies() as { actorModel?: string }[]).map((b) => b.actorModel),
+    // A name past the route's 200 characters is left out: every step would be refused.
+    ['openai.chat/gpt-4o-mini', 'anthropic.messages/claude-sonnet-4-5', undefined],
+  );
+  assert.equal((given.fetch.bodies()[0] as { actorModel?: string }).actorModel, 'openai/gpt-5.5');
 });
 
 test('a call retried with the same prompt re-sends the same message ids', async () => {

@@ -5,6 +5,7 @@ import { createServer, request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import {
+  BufferingDisabled,
   Forbidden,
   MemoryClient,
   MessageConflict,
@@ -96,6 +97,7 @@ test('memory observes; queries, recall, generations and pages read it back', asy
   const first = await om.messages(thread, { perPage: 2 });
   const all: Message[] = [];
   for await (const message of om.iterMessages(thread, { perPage: 2 })) all.push(message);
+  const newest = await om.messages(thread, { perPage: 2, direction: 'DESC' });
   const around = await om.queryMessages(thread, {
     perPage: 0,
     include: [{ id: first.messages[1]!.id, withNextMessages: 1 }],
@@ -110,6 +112,12 @@ test('memory observes; queries, recall, generations and pages read it back', asy
   assert.ok(generations.generations.length >= 1 && generations.generations[0]!.current);
   assert.ok(first.hasMore && first.messages.length === 2);
   assert.equal(all.length, 6);
+  // Newest first: page 0 holds the two newest, newest at the top
+  assert.deepEqual(
+    newest.messages.map((m) => m.id),
+    [all[5]!.id, all[4]!.id],
+  );
+  assert.ok(newest.hasMore);
   assert.deepEqual(around.messages.map((m) => m.id).slice(0, 1), [first.messages[1]!.id]);
   assert.equal(around.messages.length, 2);
   assert.equal(recalled.count, 2);
@@ -155,6 +163,70 @@ test('threads, working memory, attachments, deletes and erasure', async (t) => {
   await assert.rejects(om.memory(clone.thread.id, { resourceId: uid('someone-else') }), ThreadNotFound);
   await om.deleteResource();
   assert.deepEqual((await om.listThreads()).threads, []);
+});
+
+test('memory work on demand: imported history observed without joining the thread, reflect, buffer refused', async (t) => {
+  const env = servers(t);
+  if (!env) return;
+  const om = new MemoryClient({ apiUrl: env.api, resourceId: uid('r') });
+  const { id: thread } = await om.createThread();
+  await om.step(thread, ['Hello again.']);
+  const history = [
+    userMessage('My sister moved to Porto last spring.', { createdAt: '2019-05-04T08:00:00Z' }),
+    { role: 'assistant' as const, content: 'How does she like it?', createdAt: '2019-05-04T08:01:00Z' },
+  ];
+
+  const imported = await om.observe(thread, history);
+  const again = await om.observe(
+    thread,
+    history.map((m) => ({ ...m, id: uid('m') })),
+  ); // other ids, the same import
+  const afterImport = await om.memory(thread);
+  const listed = await om.messages(thread);
+  const own = await om.observe(thread); // the thread's own unobserved message, below the threshold
+  const before = await om.memoryGenerations(thread);
+  const reflected = await om.reflect(thread);
+  const generations = await om.memoryGenerations(thread);
+  const refused = await om.buffer(thread).catch((e: unknown) => e); // this stack buffers nothing
+
+  assert.equal(imported.status, 'done');
+  assert.equal(partsOf(imported.parts, 'data-om-observation-end').length, 1);
+  assert.equal(again.status, 'nothing_to_do');
+  // The imported history is in memory, dated by its own times, and not among the thread's messages.
+  assert.match(afterImport.observations, /Porto/);
+  assert.match(afterImport.observations, /May 4, 2019/);
+  assert.deepEqual(listed.messages.map(textOf), ['Hello again.']);
+  assert.equal(listed.messages[0]!.omStatus, 'unobserved');
+  assert.equal(own.status, 'done');
+  assert.equal((await om.messages(thread)).messages[0]!.omStatus, 'observed');
+  // Reflecting made a new generation whose observations still hold the imported fact.
+  assert.equal(reflected.status, 'done', JSON.stringify(reflected.parts));
+  assert.equal(reflected.generationCount, before.generations[0]!.generation + 1);
+  assert.deepEqual(
+    [generations.generations[0]!.generation, generations.generations[0]!.trigger],
+    [reflected.generationCount, 'reflection'],
+  );
+  assert.match((await om.memory(thread)).observations, /Porto/);
+  assert.ok(refused instanceof BufferingDisabled, String(refused));
+  assert.equal(refused.status, 422);
+  assert.match(refused.message, /observe instead/);
+});
+
+test('a title set by the app is pinned; removing it un-pins the thread', async (t) => {
+  const env = servers(t);
+  if (!env) return;
+  const om = new MemoryClient({ apiUrl: env.api, resourceId: uid('r') });
+
+  const created = await om.createThread({ title: 'Starting title' });
+  const pinned = await om.updateThread(created.id, { title: 'Porto' });
+  const read = await om.getThread(created.id);
+  const unpinned = await om.updateThread(created.id, { title: null });
+
+  assert.equal(created.titlePinned, false); // a title given at creation is a starting title
+  assert.deepEqual([pinned.title, pinned.titlePinned], ['Porto', true]);
+  assert.equal(read.titlePinned, true);
+  assert.deepEqual([unpinned.title, unpinned.titlePinned], [null, false]);
+  assert.ok((await om.listThreads()).threads.every((thread) => thread.titlePinned === false));
 });
 
 test('chat answers with the offline Actor; health and the OpenAPI document', async (t) => {

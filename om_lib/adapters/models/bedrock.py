@@ -255,12 +255,7 @@ class BedrockLanguageModel:
         invalid or too long input, no credentials); ModelOutputError (filtered, malformed or empty answer); and
         DeadlineExceededError when `timeout_s` is already spent.
         """
-        if timeout_s <= 0:
-            raise DeadlineExceededError(f'no time left to call bedrock/{model_id}')
-        kwargs = converse_request(model_id, request)
-        if not kwargs['messages']:
-            raise ModelRequestError(f'nothing to send to bedrock/{model_id}: the request has no content')
-        kwargs[READ_TIMEOUT_PARAM] = timeout_s
+        kwargs = _converse_kwargs(model_id, request, timeout_s)
         client = self.client()
         with map_bedrock_errors(model_id, self.region):
             response = client.converse(**kwargs)
@@ -269,12 +264,7 @@ class BedrockLanguageModel:
     def stream(self, model_id: str, request: ModelRequest, *, timeout_s: float, on_text: TextSink) -> ModelResponse:
         """`generate` over ConverseStream: each text delta goes to `on_text` as it arrives; the events are then read as
         one Converse answer (same checks, same errors). Needs `bedrock:InvokeModelWithResponseStream`."""
-        if timeout_s <= 0:
-            raise DeadlineExceededError(f'no time left to call bedrock/{model_id}')
-        kwargs = converse_request(model_id, request)
-        if not kwargs['messages']:
-            raise ModelRequestError(f'nothing to send to bedrock/{model_id}: the request has no content')
-        kwargs[READ_TIMEOUT_PARAM] = timeout_s
+        kwargs = _converse_kwargs(model_id, request, timeout_s)
         client = self.client()
         blocks: dict[int, dict[str, Any]] = {}
         tool_input: dict[int, list[str]] = {}
@@ -322,6 +312,17 @@ def _install_timeout_hook(client: Any) -> None:
 # ---------------------------------------------------------------------------------------------------------------------
 # Request and response
 # ---------------------------------------------------------------------------------------------------------------------
+def _converse_kwargs(model_id: str, request: ModelRequest, timeout_s: float) -> dict[str, Any]:
+    """The Converse (or ConverseStream) arguments, for `generate` and `stream` alike."""
+    if timeout_s <= 0:
+        raise DeadlineExceededError(f'no time left to call bedrock/{model_id}')
+    kwargs = converse_request(model_id, request)
+    if not kwargs['messages']:
+        raise ModelRequestError(f'nothing to send to bedrock/{model_id}: the request has no content')
+    kwargs[READ_TIMEOUT_PARAM] = timeout_s
+    return kwargs
+
+
 def converse_request(model_id: str, request: ModelRequest) -> dict[str, Any]:
     """The Converse call's keyword arguments for `request` (boto3 shapes: image and document bytes stay bytes)."""
     profile = bedrock_profile(model_id)

@@ -192,13 +192,8 @@ class GeminiLanguageModel:
         """
         _sdk()
 
-    def generate(self, model_id: str, request: ModelRequest, *, timeout_s: float) -> ModelResponse:
-        """Run one generateContent request: one attempt, no client retries, at most `timeout_s` seconds.
-
-        Not idempotent. Raises ModelUnavailableError (408/425/429/5xx, timeouts, network), ModelRequestError
-        (other 4xx, no API key), ModelOutputError (no candidates, no content, blocked or unusable answer), and
-        DeadlineExceededError when `timeout_s` is already spent.
-        """
+    def _prepared(self, model_id: str, request: ModelRequest, timeout_s: float) -> tuple[Any, Any, Any, list[Any]]:
+        """The SDK, the client, the request's config and contents, for `generate` and `stream` alike."""
         if timeout_s <= 0:
             raise DeadlineExceededError(f'no time left to call {model_id}')
         sdk = _sdk()
@@ -208,6 +203,16 @@ class GeminiLanguageModel:
         if not any(content.parts for content in contents):
             # The client refuses this before sending anything (a bare ValueError); say it in our own terms.
             raise ModelRequestError(f'nothing to send to {model_id}: the request has no content', model=model_id)
+        return sdk, client, config, contents
+
+    def generate(self, model_id: str, request: ModelRequest, *, timeout_s: float) -> ModelResponse:
+        """Run one generateContent request: one attempt, no client retries, at most `timeout_s` seconds.
+
+        Not idempotent. Raises ModelUnavailableError (408/425/429/5xx, timeouts, network), ModelRequestError
+        (other 4xx, no API key), ModelOutputError (no candidates, no content, blocked or unusable answer), and
+        DeadlineExceededError when `timeout_s` is already spent.
+        """
+        sdk, client, config, contents = self._prepared(model_id, request, timeout_s)
         with _map_errors(sdk, model_id):
             response = client.models.generate_content(model=model_id, contents=contents, config=config)
         return _to_model_response(response, model_id)
@@ -215,14 +220,7 @@ class GeminiLanguageModel:
     def stream(self, model_id: str, request: ModelRequest, *, timeout_s: float, on_text: TextSink) -> ModelResponse:
         """`generate` over `:streamGenerateContent` (server-sent events): each chunk's answer text goes to `on_text` as
         it arrives; the chunks are then read as one answer (same checks, same errors as `generate`)."""
-        if timeout_s <= 0:
-            raise DeadlineExceededError(f'no time left to call {model_id}')
-        sdk = _sdk()
-        client = self.client()
-        config = self._config(sdk, model_id, request, timeout_s)
-        contents = [_to_content(sdk, content) for content in request.contents]
-        if not any(content.parts for content in contents):
-            raise ModelRequestError(f'nothing to send to {model_id}: the request has no content', model=model_id)
+        sdk, client, config, contents = self._prepared(model_id, request, timeout_s)
         parts: list[Any] = []
         finish_reason: Any = None
         usage: Any = None

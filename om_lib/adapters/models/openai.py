@@ -148,11 +148,7 @@ class OpenAILanguageModel:
         ModelOutputError (refusal, content filter, no content, malformed tool call); and DeadlineExceededError when
         `timeout_s` is already spent.
         """
-        if timeout_s <= 0:
-            raise DeadlineExceededError(f'no time left to call openai/{model_id}')
-        kwargs = chat_request(model_id, request)
-        if not any(m['role'] != 'system' for m in kwargs['messages']):
-            raise ModelRequestError(f'nothing to send to openai/{model_id}: the request has no content')
+        kwargs = _chat_kwargs(model_id, request, timeout_s)
         client = self.client()
         sdk = _sdk()
         with map_openai_errors(sdk, model_id):
@@ -162,11 +158,7 @@ class OpenAILanguageModel:
     def stream(self, model_id: str, request: ModelRequest, *, timeout_s: float, on_text: TextSink) -> ModelResponse:
         """`generate` with `stream: true` (server-sent chunks): each content delta goes to `on_text` as it arrives; the
         chunks are then read as one completion (same checks, same errors)."""
-        if timeout_s <= 0:
-            raise DeadlineExceededError(f'no time left to call openai/{model_id}')
-        kwargs = chat_request(model_id, request)
-        if not any(m['role'] != 'system' for m in kwargs['messages']):
-            raise ModelRequestError(f'nothing to send to openai/{model_id}: the request has no content')
+        kwargs = _chat_kwargs(model_id, request, timeout_s)
         client = self.client()
         sdk = _sdk()
         text: list[str] = []
@@ -210,6 +202,16 @@ class OpenAILanguageModel:
 # ---------------------------------------------------------------------------------------------------------------------
 # Request and response
 # ---------------------------------------------------------------------------------------------------------------------
+def _chat_kwargs(model_id: str, request: ModelRequest, timeout_s: float) -> dict[str, Any]:
+    """The chat-completions arguments, for `generate` and `stream` alike."""
+    if timeout_s <= 0:
+        raise DeadlineExceededError(f'no time left to call openai/{model_id}')
+    kwargs = chat_request(model_id, request)
+    if not any(m['role'] != 'system' for m in kwargs['messages']):
+        raise ModelRequestError(f'nothing to send to openai/{model_id}: the request has no content')
+    return kwargs
+
+
 def chat_request(model_id: str, request: ModelRequest) -> dict[str, Any]:
     """The `chat.completions.create` keyword arguments for `request` (timeout excluded)."""
     profile = openai_profile(model_id)

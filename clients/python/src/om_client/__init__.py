@@ -1,6 +1,6 @@
 """om-client: the Python client of the Observational Memory API, and adapters for agent frameworks.
 
-`MemoryClient` / `AsyncMemoryClient` cover every route (CONTRACT §2). Integrations, each behind its extra:
+`MemoryClient` / `AsyncMemoryClient` cover every route (docs/api.md). Integrations, each behind its extra:
 `om_client.integrations.openai_agents` (OpenAI Agents SDK `Session`), `om_client.integrations.strands` (Strands
 Agents hooks and the recall tool) and `om_client.integrations.mcp_server` (the `om-mcp` MCP server).
 """

@@ -44,7 +44,7 @@ from om_client.models import (
 
 T = TypeVar('T')
 
-# Characters the id grammar forbids (CONTRACT §2): they would change the URL's meaning or are not printable.
+# Characters the id grammar forbids (docs/api.md, ids): they would change the URL's meaning or are not printable.
 _BAD_ID_CHARS = re.compile(r'[/?#%\s\x00-\x1f\x7f]')
 
 
@@ -54,6 +54,10 @@ class _Unset:
 
 
 UNSET: Any = _Unset()
+
+
+# The order of a message listing: `ASC` oldest first (the default), `DESC` newest first.
+Direction = Literal['ASC', 'DESC']
 
 
 @dataclass(frozen=True)
@@ -169,7 +173,7 @@ def messages_wire(messages: Iterable[MessageLike], *, role: Literal['user', 'ass
 
 
 class Calls:
-    """Builds every call of the API (CONTRACT §2). `resource_id` defaults to the client's."""
+    """Builds every call of the API (docs/api.md). `resource_id` defaults to the client's."""
 
     def __init__(self, resource_id: str | None = None) -> None:
         self.default_resource_id = resource_id
@@ -267,8 +271,12 @@ class Calls:
         path = f'/threads/{_seg("threadId", thread_id)}/memory/buffer'
         return Call('POST', path, _model(MemoryOperation), body=body)
 
-    def messages(self, thread_id: str, *, resource_id: str | None, page: int, per_page: int) -> Call[MessagesPage]:
-        params = {'resourceId': self.resource(resource_id), 'page': page, 'perPage': per_page}
+    def messages(
+        self, thread_id: str, *, resource_id: str | None, page: int, per_page: int, direction: Direction = 'ASC'
+    ) -> Call[MessagesPage]:
+        params: dict[str, Any] = {'resourceId': self.resource(resource_id), 'page': page, 'perPage': per_page}
+        if direction != 'ASC':
+            params['direction'] = direction
         return Call('GET', f'/threads/{_seg("threadId", thread_id)}/messages', _model(MessagesPage), params=params)
 
     def query_messages(

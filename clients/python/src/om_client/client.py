@@ -1,4 +1,4 @@
-"""`MemoryClient` and `AsyncMemoryClient`: every route of the Observational Memory API (CONTRACT §2).
+"""`MemoryClient` and `AsyncMemoryClient`: every route of the Observational Memory API (docs/api.md).
 
     from om_client import MemoryClient, Message
 
@@ -32,6 +32,7 @@ from om_client._calls import (
     UNSET,
     Call,
     Calls,
+    Direction,
     Effect,
     Finished,
     Flow,
@@ -378,14 +379,24 @@ class MemoryClient(_Base):
         return self.send(self.calls.reflect(thread_id, resource_id=resource_id))
 
     def buffer(self, thread_id: str, *, resource_id: str | None = None) -> MemoryOperation:
-        """Buffer the thread's unbuffered messages now, as one chunk (thread scope with buffering on)."""
+        """Buffer the thread's unbuffered messages now, as one chunk (thread scope with buffering on; else
+        `BufferingDisabled`)."""
         return self.send(self.calls.buffer(thread_id, resource_id=resource_id))
 
     def messages(
-        self, thread_id: str, *, resource_id: str | None = None, page: int = 0, per_page: int = 100
+        self,
+        thread_id: str,
+        *,
+        resource_id: str | None = None,
+        page: int = 0,
+        per_page: int = 100,
+        direction: Direction = 'ASC',
     ) -> MessagesPage:
-        """A page of the thread's stored messages, oldest first."""
-        return self.send(self.calls.messages(thread_id, resource_id=resource_id, page=page, per_page=per_page))
+        """A page of the thread's stored messages, oldest first (`direction='DESC'`: newest first)."""
+        call = self.calls.messages(
+            thread_id, resource_id=resource_id, page=page, per_page=per_page, direction=direction
+        )
+        return self.send(call)
 
     def iter_messages(
         self, thread_id: str, *, resource_id: str | None = None, per_page: int = 1000
@@ -755,10 +766,19 @@ class AsyncMemoryClient(_Base):
         return await self.send(self.calls.buffer(thread_id, resource_id=resource_id))
 
     async def messages(
-        self, thread_id: str, *, resource_id: str | None = None, page: int = 0, per_page: int = 100
+        self,
+        thread_id: str,
+        *,
+        resource_id: str | None = None,
+        page: int = 0,
+        per_page: int = 100,
+        direction: Direction = 'ASC',
     ) -> MessagesPage:
-        """A page of the thread's stored messages, oldest first."""
-        return await self.send(self.calls.messages(thread_id, resource_id=resource_id, page=page, per_page=per_page))
+        """A page of the thread's stored messages, oldest first (`direction='DESC'`: newest first)."""
+        call = self.calls.messages(
+            thread_id, resource_id=resource_id, page=page, per_page=per_page, direction=direction
+        )
+        return await self.send(call)
 
     async def iter_messages(
         self, thread_id: str, *, resource_id: str | None = None, per_page: int = 1000

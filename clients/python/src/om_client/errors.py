@@ -1,4 +1,4 @@
-"""Exceptions: one class per error code of the API (CONTRACT §2 "Errors"), grouped by HTTP status.
+"""Exceptions: one class per error code of the API (docs/api.md, "Errors"), grouped by HTTP status.
 
 Every error answer has the shape `{"error": {"code", "message", "details"}}`; `error_for(status, body)` picks the
 class registered for `code`, or the class of the status family when the code is one this client does not know yet
@@ -20,12 +20,15 @@ from typing import Any, ClassVar
 __all__ = [
     'APIError',
     'BadRequest',
+    'BufferingDisabled',
     'Conflict',
     'ConnectionFailed',
     'DependencyUnavailable',
     'Erased',
     'Forbidden',
     'GatewayTimeout',
+    'HostNotAllowed',
+    'InProgress',
     'InternalError',
     'InvalidId',
     'InvalidInput',
@@ -223,6 +226,11 @@ class InvalidInput(InvalidRequest, code='invalid_input'):
 
 class RetrievalDisabled(InvalidRequest, code='retrieval_disabled'):
     """422 `retrieval_disabled`: recall needs `retrieval` in the server's OM configuration."""
+
+
+class BufferingDisabled(InvalidRequest, code='buffering_disabled'):
+    """422 `buffering_disabled`: `buffer` needs observations buffered (thread scope with `observation.bufferTokens`);
+    observe instead."""
 
 
 class WorkingMemoryDisabled(InvalidRequest, code='working_memory_disabled'):

@@ -1,4 +1,4 @@
-"""The API's bodies as pydantic models (CONTRACT §2): camelCase on the wire, snake_case in Python.
+"""The API's bodies as pydantic models (docs/api.md): camelCase on the wire, snake_case in Python.
 
 Answers are parsed leniently (`extra='allow'`): a field the server adds later is kept, not refused, so an older
 client keeps working against a newer server. Messages get a client-side id when created (`msg_<uuid hex>`), so

@@ -18,7 +18,9 @@
  * first, as every provider takes them: the history the app passed is replaced, so pass only the new message. After
  * the call its output (text, tool calls, reasoning) is saved with the turn route (`POST /threads/{id}/turns`). The
  * `data-om-*` parts of both go to `onParts` (write them to a UI message stream) and ride on the result's
- * `providerMetadata.om`.
+ * `providerMetadata.om`. Each step names the wrapped model (`provider/modelId`) as the Actor's, so a server with
+ * `activateOnProviderChange` activates buffered observations when the app switches models, and
+ * `activateAfterIdle: "auto"` waits as long as that provider keeps its prompt cache.
  *
  * It works with the AI SDK 5, 6 and 7 (language-model specifications v2, v3 and v4): see `convert.ts` for where they
  * differ.
@@ -68,6 +70,9 @@ export interface ObservationalMemoryOptions {
   resourceId?: string;
   /** Show working memory without offering to change it. */
   readOnly?: boolean;
+  /** The Actor's model as each step names it (`provider/model`), for `activateAfterIdle: "auto"` and
+   * `activateOnProviderChange`; default: the wrapped model's `provider/modelId` (`openai.chat/gpt-4o-mini`). */
+  actorModel?: string;
   /** Called with the `data-om-*` parts of every step and turn, in order (e.g. `parts.forEach((p) => writer.write(p))`). */
   onParts?: (parts: OmPart[], event: PartsEvent) => void | Promise<void>;
 }
@@ -121,6 +126,17 @@ function newInput(prompt: ModelPrompt): ModelMessage[] {
 function stepNumberOf(prompt: ModelPrompt): number {
   const roles = prompt.map((m) => m.role);
   return roles.slice(roles.lastIndexOf('user') + 1).filter((role) => role === 'assistant').length;
+}
+
+/** The longest `actorModel` the step route takes. */
+const ACTOR_MODEL_MAX = 200;
+
+/** The model a call runs as the server names models: the AI SDK's provider (`openai.chat`: the server compares a
+ * provider by its part before the first `.`) and model id. A name past the route's limit is left out rather than
+ * failing every step: memory then treats the model as unknown (no change noticed, the default idle time). */
+function actorModelOf(model: { provider: string; modelId: string }, given: string | undefined): string | undefined {
+  const name = given ?? `${model.provider}/${model.modelId}`;
+  return name.length <= ACTOR_MODEL_MAX ? name : undefined;
 }
 
 /** The observational memory middleware. */
@@ -205,9 +221,11 @@ export function observationalMemory(options: ObservationalMemoryOptions): Observ
       const input = newInput(params.prompt)
         .map((message) => fromModelMessage(message, idOf(message)))
         .filter((m): m is MessageInput & { id: string } => m !== undefined);
+      const actorModel = actorModelOf(model, options.actorModel);
       const step = await client.step(binding.threadId, input, {
         resourceId: binding.resourceId,
         stepNumber: stepNumberOf(params.prompt),
+        ...(actorModel === undefined ? {} : { actorModel }),
         ...(binding.readOnly === undefined ? {} : { readOnly: binding.readOnly }),
         ...(params.abortSignal ? { signal: params.abortSignal } : {}),
       });
