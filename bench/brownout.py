@@ -23,16 +23,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.sim import SimWork  # noqa: E402
-from om_lib.adapters.memory_store import InMemoryStore  # noqa: E402
+from om_lib.adapters.memory.store import InMemoryStore  # noqa: E402
 from om_lib.adapters.tiktoken_counter import get_tokenizer  # noqa: E402
 from om_lib.clock import ManualClock  # noqa: E402
 from om_lib.config import OMConfig  # noqa: E402
-from om_lib.engine import MemoryEngine  # noqa: E402
+from om_lib.context.tokens import TokenCounter  # noqa: E402
+from om_lib.engine.engine import MemoryEngine  # noqa: E402
 from om_lib.errors import ModelUnavailableError  # noqa: E402
 from om_lib.llm import ModelRequest, ModelResponse  # noqa: E402
 from om_lib.messages import Message  # noqa: E402
-from om_lib.model_router import ModelRouter  # noqa: E402
-from om_lib.tokens import TokenCounter  # noqa: E402
+from om_lib.models.model_router import ModelRouter  # noqa: E402
 
 TURN_PERIOD_S = 12.0
 ACTOR_S = 4.0

@@ -249,7 +249,7 @@ def backend(model: str, tracing: bool = True) -> Iterator[dict[str, str]]:
 def create_resources() -> str:
     import boto3
 
-    from om_lib.adapters.dynamodb_schema import create_table
+    from om_lib.adapters.aws.dynamodb.schema import create_table
 
     create_table(boto3.client('dynamodb'), TABLE)
     boto3.client('s3').create_bucket(Bucket=BUCKET)

@@ -145,7 +145,7 @@ def dynalite() -> Iterator[str | None]:
 @contextmanager
 def metered_models(meter: Any) -> Iterator[None]:
     """Count every offline model call's tokens by purpose, for the function making it."""
-    from om_lib.offline_model import OfflineLanguageModel
+    from om_lib.models.offline_model import OfflineLanguageModel
 
     original = OfflineLanguageModel.generate
 

@@ -35,17 +35,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.sim import SimWork, Wire, run_workflow  # noqa: E402
-from om_lib.adapters.gemini_model import GeminiLanguageModel  # noqa: E402
-from om_lib.adapters.memory_store import InMemoryStore  # noqa: E402
+from om_lib.adapters.memory.store import InMemoryStore  # noqa: E402
+from om_lib.adapters.models.gemini import GeminiLanguageModel  # noqa: E402
 from om_lib.adapters.tiktoken_counter import get_tokenizer  # noqa: E402
 from om_lib.clock import ManualClock, SystemClock  # noqa: E402
 from om_lib.config import OMConfig  # noqa: E402
-from om_lib.engine import MemoryEngine  # noqa: E402
+from om_lib.context.tokens import TokenCounter  # noqa: E402
+from om_lib.engine.engine import MemoryEngine  # noqa: E402
 from om_lib.llm import Content, ModelRequest, ModelResponse  # noqa: E402
 from om_lib.messages import Message  # noqa: E402
-from om_lib.model_router import ModelRouter  # noqa: E402
+from om_lib.models.model_router import ModelRouter  # noqa: E402
 from om_lib.service import MemoryService  # noqa: E402
-from om_lib.tokens import TokenCounter  # noqa: E402
 from om_lib.work import Job  # noqa: E402
 from tests.fakes.fake_gemini import FakeGemini, FakeReply, FakeRequest  # noqa: E402
 

@@ -1,5 +1,6 @@
 """What deleting messages costs in a long thread: the store calls of `DELETE /threads/{id}/messages`, which also removes
-what was derived from them (om_lib/forgetting.py) from the live memory, every earlier generation and the vectors.
+what was derived from them (om_lib/history/forgetting.py) from the live memory, every earlier generation and the
+vectors.
 
     .venv/bin/python bench/forget.py [--messages 1000 10000] [--generations 40] [--repeat 3]
 
@@ -28,14 +29,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from history import T0, _aws_env, _metered, _store  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
-from om_lib import history  # noqa: E402
-from om_lib.adapters.dynamodb_store import DynamoMemoryStore  # noqa: E402
-from om_lib.adapters.dynamodb_vectors import DynamoVectorIndex  # noqa: E402
+from om_lib.adapters.aws.dynamodb.store import DynamoMemoryStore  # noqa: E402
+from om_lib.adapters.aws.dynamodb.vectors import DynamoVectorIndex  # noqa: E402
 from om_lib.clock import ManualClock  # noqa: E402
-from om_lib.embedders import HashingEmbedder  # noqa: E402
+from om_lib.history import history  # noqa: E402
+from om_lib.history.semantic import SemanticMemory  # noqa: E402
 from om_lib.messages import Message  # noqa: E402
+from om_lib.models.embedders import HashingEmbedder  # noqa: E402
 from om_lib.records import ObservationGroup, OMRecord  # noqa: E402
-from om_lib.semantic import SemanticMemory  # noqa: E402
 
 LOG_LINE = '* 🔴 (09:00) User said something worth keeping about the Lisbon trip and the people in it\n'
 

@@ -30,12 +30,12 @@ import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 from store_calls import Meter  # noqa: E402
 
-from om_lib.adapters.dynamodb_schema import create_table  # noqa: E402
-from om_lib.adapters.dynamodb_store import DynamoMemoryStore  # noqa: E402
+from om_lib.adapters.aws.dynamodb.schema import create_table  # noqa: E402
+from om_lib.adapters.aws.dynamodb.store import DynamoMemoryStore  # noqa: E402
 from om_lib.clock import ManualClock  # noqa: E402
-from om_lib.history import Include, query_messages  # noqa: E402
+from om_lib.history.history import Include, query_messages  # noqa: E402
+from om_lib.history.threads import list_resource_threads  # noqa: E402
 from om_lib.messages import Message  # noqa: E402
-from om_lib.threads import list_resource_threads  # noqa: E402
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 MESSAGE_TEXT = 'I would like to plan a trip to Lisbon in May; what should I pack for the weather there? ' * 4

@@ -114,10 +114,10 @@ def check_credentials(models: Sequence[str]) -> None:
 
 def model_providers() -> dict[str, Any]:
     """Providers for the judge, built like the service's own (the same adapters)."""
-    from om_lib.adapters.bedrock_model import BedrockLanguageModel
-    from om_lib.adapters.gemini_model import GeminiLanguageModel
-    from om_lib.adapters.openai_model import OpenAILanguageModel
-    from om_lib.offline_model import OfflineLanguageModel
+    from om_lib.adapters.models.bedrock import BedrockLanguageModel
+    from om_lib.adapters.models.gemini import GeminiLanguageModel
+    from om_lib.adapters.models.openai import OpenAILanguageModel
+    from om_lib.models.offline_model import OfflineLanguageModel
 
     return {
         'google': GeminiLanguageModel(
@@ -284,10 +284,10 @@ def estimate(
 ) -> dict[str, Any]:
     """Projected tokens and cost of a run, from the prompts' real sizes and stated assumptions (docs/longmemeval.md)."""
     from om_lib.adapters.tiktoken_counter import get_tokenizer
-    from om_lib.chat import ACTOR_SYSTEM_PROMPT
-    from om_lib.context import build_observation_system_messages
-    from om_lib.observer import build_observer_system_prompt
-    from om_lib.reflector import build_reflector_system_prompt
+    from om_lib.context.context import build_observation_system_messages
+    from om_lib.conversation.chat import ACTOR_SYSTEM_PROMPT
+    from om_lib.prompts.observer import build_observer_system_prompt
+    from om_lib.prompts.reflector import build_reflector_system_prompt
 
     count = get_tokenizer().count
     observer_system = count(build_observer_system_prompt(multi_thread=True))

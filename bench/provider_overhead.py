@@ -26,9 +26,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.sim import Wire  # noqa: E402
-from om_lib.adapters.bedrock_model import BedrockLanguageModel  # noqa: E402
-from om_lib.adapters.gemini_model import GeminiLanguageModel  # noqa: E402
-from om_lib.adapters.openai_model import OpenAILanguageModel  # noqa: E402
+from om_lib.adapters.models.bedrock import BedrockLanguageModel  # noqa: E402
+from om_lib.adapters.models.gemini import GeminiLanguageModel  # noqa: E402
+from om_lib.adapters.models.openai import OpenAILanguageModel  # noqa: E402
 from om_lib.llm import (  # noqa: E402
     Content,
     FunctionCall,
@@ -104,7 +104,7 @@ FIRST_CALL = """
 import sys, time
 started = time.perf_counter()
 from om_lib.llm import Content, ModelRequest
-import om_lib.adapters.{module} as adapter
+import om_lib.adapters.models.{module} as adapter
 model = adapter.{cls}(**{kwargs})
 model.generate({model_id!r}, ModelRequest('actor', 'hi', (Content('user', ('hi',)),)), timeout_s=30)
 print((time.perf_counter() - started) * 1000)
@@ -158,16 +158,16 @@ def main() -> None:
                 results[(name, shape)] = measure(model, model_id, build(), args.calls, wire)
         first = {
             'gemini (google-genai)': first_call_ms(
-                'gemini_model',
+                'gemini',
                 'GeminiLanguageModel',
                 {'api_key': 'b', 'base_url': gemini_server.url},
                 'gemini-2.5-flash',
             ),
             'bedrock (boto3 Converse)': first_call_ms(
-                'bedrock_model', 'BedrockLanguageModel', {'endpoint_url': bedrock_server.url}, 'amazon.nova-lite-v1:0'
+                'bedrock', 'BedrockLanguageModel', {'endpoint_url': bedrock_server.url}, 'amazon.nova-lite-v1:0'
             ),
             'openai (openai client)': first_call_ms(
-                'openai_model',
+                'openai',
                 'OpenAILanguageModel',
                 {'api_key': 'b', 'base_url': openai_server.base_url},
                 'gpt-4o-mini',

@@ -52,7 +52,7 @@ from bench.engine_turns import (  # noqa: E402
     reflector_answer,
 )
 from om_lib.adapters.tiktoken_counter import get_tokenizer  # noqa: E402
-from om_lib.tokens import TokenCounter  # noqa: E402
+from om_lib.context.tokens import TokenCounter  # noqa: E402
 from tests.node import npm_command  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parent / 'reference'

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from om_lib.adapters.aws_work import retry_delay_s
+from om_lib.adapters.aws.work import retry_delay_s
 from om_lib.clock import ManualClock
-from om_lib.engine import MemoryEngine
+from om_lib.engine.engine import MemoryEngine
 from om_lib.errors import ModelError
 from om_lib.work import Job
 

@@ -34,17 +34,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
-from om_lib.adapters.dynamodb_schema import create_table  # noqa: E402
-from om_lib.adapters.dynamodb_store import DynamoMemoryStore, _thread_pk  # noqa: E402
+from om_lib.adapters.aws.dynamodb.items import thread_pk as _thread_pk  # noqa: E402
+from om_lib.adapters.aws.dynamodb.schema import create_table  # noqa: E402
+from om_lib.adapters.aws.dynamodb.store import DynamoMemoryStore  # noqa: E402
 from om_lib.adapters.tiktoken_counter import get_tokenizer  # noqa: E402
 from om_lib.clock import ManualClock  # noqa: E402
 from om_lib.config import OMConfig  # noqa: E402
-from om_lib.engine import MemoryEngine  # noqa: E402
+from om_lib.context.tokens import TokenCounter  # noqa: E402
+from om_lib.engine.engine import MemoryEngine  # noqa: E402
 from om_lib.messages import Message  # noqa: E402
-from om_lib.model_router import ModelRouter  # noqa: E402
-from om_lib.offline_model import OfflineLanguageModel  # noqa: E402
+from om_lib.models.model_router import ModelRouter  # noqa: E402
+from om_lib.models.offline_model import OfflineLanguageModel  # noqa: E402
 from om_lib.records import OMRecord  # noqa: E402
-from om_lib.tokens import TokenCounter  # noqa: E402
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 MESSAGE_TEXT = 'I would like to plan a trip to Lisbon in May; what should I pack for the weather there? ' * 4

@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from om_lib.context.tokens import TokenCounter  # noqa: E402
 from om_lib.messages import Message  # noqa: E402
-from om_lib.tokens import TokenCounter  # noqa: E402
 
 WORDS = (
     'the observer records what the user asked and what the assistant did with the tool results '

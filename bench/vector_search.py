@@ -29,8 +29,8 @@ import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
 from om_lib import vectors as vec  # noqa: E402
-from om_lib.adapters.dynamodb_schema import create_table  # noqa: E402
-from om_lib.adapters.dynamodb_vectors import DynamoVectorIndex  # noqa: E402
+from om_lib.adapters.aws.dynamodb.schema import create_table  # noqa: E402
+from om_lib.adapters.aws.dynamodb.vectors import DynamoVectorIndex  # noqa: E402
 from om_lib.ports import VectorEntry  # noqa: E402
 
 TABLE = 'om-bench'

@@ -38,11 +38,11 @@ def main() -> None:
     parser.add_argument('--updates', type=int, default=1000)
     args = parser.parse_args()
 
-    from om_lib.adapters.memory_store import InMemoryStore
+    from om_lib.adapters.memory.store import InMemoryStore
     from om_lib.adapters.tiktoken_counter import get_tokenizer
     from om_lib.clock import SystemClock
     from om_lib.config import WorkingMemoryConfig
-    from om_lib.working_memory import WorkingMemory
+    from om_lib.history.working_memory import WorkingMemory
 
     clock = SystemClock()
     for label, config, update in (
@@ -71,11 +71,11 @@ def _dynamodb_calls() -> None:
     import boto3
     from moto import mock_aws
 
-    from om_lib.adapters.dynamodb_schema import create_table
-    from om_lib.adapters.dynamodb_store import DynamoMemoryStore
+    from om_lib.adapters.aws.dynamodb.schema import create_table
+    from om_lib.adapters.aws.dynamodb.store import DynamoMemoryStore
     from om_lib.clock import SystemClock
     from om_lib.config import WorkingMemoryConfig
-    from om_lib.working_memory import WorkingMemory
+    from om_lib.history.working_memory import WorkingMemory
 
     with mock_aws():
         ddb, s3 = boto3.client('dynamodb'), boto3.client('s3')

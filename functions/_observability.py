@@ -75,7 +75,7 @@ def _patch_once(active: Tracer) -> None:
     with _lock:
         if not _patched:
             active.patch(modules=TRACED_MODULES)
-            from om_lib.adapters.gemini_model import GeminiLanguageModel
+            from om_lib.adapters.models.gemini import GeminiLanguageModel
 
             trace_call = active.capture_method(capture_response=False)
             GeminiLanguageModel.generate = trace_call(GeminiLanguageModel.generate)  # type: ignore[method-assign]
@@ -169,7 +169,7 @@ def record_unpublished_events(count: int) -> None:
 
 def record_note(note: str, count: int = 1) -> None:
     """`count` answers accepted with a doubt (`AnswerNotes`, dimensions `service` and `note`): a check was unsure
-    about them (om_lib/log_check.py) but refuses only what is certainly not an observation log."""
+    about them (om_lib/prompts/log_check.py) but refuses only what is certainly not an observation log."""
     _single(ANSWER_NOTES, count, {'service': SERVICE, 'note': note})
 
 

@@ -17,22 +17,22 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from om_lib.config import OMConfig, load_config
-from om_lib.embedders import DEFAULT_EMBEDDING_DIMENSIONS, DEFAULT_EMBEDDING_MODEL, check_embedding_model
-from om_lib.engine import MemoryEngine
+from om_lib.engine.engine import MemoryEngine
+from om_lib.models.embedders import DEFAULT_EMBEDDING_DIMENSIONS, DEFAULT_EMBEDDING_MODEL, check_embedding_model
 from om_lib.service import MemoryService
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-    from om_lib.adapters.aws_work import AwsBackgroundWork
-    from om_lib.adapters.bedrock_model import BedrockLanguageModel
-    from om_lib.adapters.dynamodb_store import DynamoMemoryStore
-    from om_lib.adapters.dynamodb_vectors import DynamoVectorIndex
-    from om_lib.adapters.eventbridge_events import EventBridgePublisher
-    from om_lib.adapters.gemini_model import GeminiLanguageModel
-    from om_lib.adapters.openai_model import OpenAILanguageModel
+    from om_lib.adapters.aws.dynamodb.store import DynamoMemoryStore
+    from om_lib.adapters.aws.dynamodb.vectors import DynamoVectorIndex
+    from om_lib.adapters.aws.eventbridge import EventBridgePublisher
+    from om_lib.adapters.aws.work import AwsBackgroundWork
+    from om_lib.adapters.models.bedrock import BedrockLanguageModel
+    from om_lib.adapters.models.gemini import GeminiLanguageModel
+    from om_lib.adapters.models.openai import OpenAILanguageModel
+    from om_lib.history.semantic import SemanticMemory
     from om_lib.ports import Embedder, LanguageModel
-    from om_lib.semantic import SemanticMemory
 
 
 logger = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ def config() -> OMConfig:
 @lru_cache(maxsize=1)
 def store() -> DynamoMemoryStore:
     """The DynamoDB + S3 store."""
-    from om_lib.adapters.dynamodb_store import DynamoMemoryStore
+    from om_lib.adapters.aws.dynamodb.store import DynamoMemoryStore
 
     s = settings()
     if s.OM_BUCKET_KMS_KEY_ARN:
@@ -148,7 +148,7 @@ def store() -> DynamoMemoryStore:
 @lru_cache(maxsize=1)
 def background_work() -> AwsBackgroundWork:
     """Where observation and reflection jobs go."""
-    from om_lib.adapters.aws_work import AwsBackgroundWork
+    from om_lib.adapters.aws.work import AwsBackgroundWork
 
     s = settings()
     return AwsBackgroundWork(queue_url=s.OM_WORK_QUEUE_URL, state_machine_arn=s.OM_REFLECTION_STATE_MACHINE_ARN)
@@ -233,10 +233,10 @@ def providers() -> dict[str, LanguageModel]:
     Where explicitly allowed (local runs), the offline model stands in for a provider without credentials, said once at
     start-up for each provider the configuration uses.
     """
-    from om_lib.adapters.bedrock_model import BedrockLanguageModel
-    from om_lib.adapters.gemini_model import GeminiLanguageModel
-    from om_lib.adapters.openai_model import OpenAILanguageModel
-    from om_lib.offline_model import STARTUP_NOTICE, OfflineLanguageModel
+    from om_lib.adapters.models.bedrock import BedrockLanguageModel
+    from om_lib.adapters.models.gemini import GeminiLanguageModel
+    from om_lib.adapters.models.openai import OpenAILanguageModel
+    from om_lib.models.offline_model import STARTUP_NOTICE, OfflineLanguageModel
 
     offline = OfflineLanguageModel()
     s = settings()
@@ -265,10 +265,10 @@ def providers() -> dict[str, LanguageModel]:
 @lru_cache(maxsize=1)
 def engine() -> MemoryEngine:
     """The memory engine over the store, the model router, the o200k counter and the background work."""
-    from om_lib.adapters.s3_blobs import S3BlobReader
+    from om_lib.adapters.aws.s3 import S3BlobReader
     from om_lib.clock import SystemClock
-    from om_lib.model_router import ModelRouter
-    from om_lib.tokens import TokenCounter
+    from om_lib.context.tokens import TokenCounter
+    from om_lib.models.model_router import ModelRouter
 
     clock = SystemClock()
     s = settings()
@@ -299,7 +299,7 @@ def events() -> EventBridgePublisher | None:
     if not bus:
         return None
     from functions._observability import record_unpublished_events
-    from om_lib.adapters.eventbridge_events import EventBridgePublisher
+    from om_lib.adapters.aws.eventbridge import EventBridgePublisher
 
     return EventBridgePublisher(bus, on_failure=record_unpublished_events)
 
@@ -307,7 +307,7 @@ def events() -> EventBridgePublisher | None:
 @lru_cache(maxsize=1)
 def vector_index() -> DynamoVectorIndex:
     """Message vectors in the memory table (semantic search)."""
-    from om_lib.adapters.dynamodb_vectors import DynamoVectorIndex
+    from om_lib.adapters.aws.dynamodb.vectors import DynamoVectorIndex
 
     return DynamoVectorIndex(settings().OM_TABLE_NAME)
 
@@ -318,8 +318,8 @@ def embedder() -> Embedder:
 
     Raises ValueError at start-up for a model or size the provider does not offer (Titan: 256, 512 or 1024).
     """
-    from om_lib.embedders import HashingEmbedder
-    from om_lib.offline_model import OfflineLanguageModel
+    from om_lib.models.embedders import HashingEmbedder
+    from om_lib.models.offline_model import OfflineLanguageModel
 
     s = settings()
     name = s.OM_EMBEDDING_MODEL
@@ -329,7 +329,7 @@ def embedder() -> Embedder:
         return HashingEmbedder(s.OM_EMBEDDING_DIMENSIONS)
     if name == 'local' or isinstance(model, OfflineLanguageModel):
         # No credentials for the embedding provider: the offline fallback stands in for it.
-        from om_lib.adapters.local_embedder import LocalEmbedder, local_embedder_available
+        from om_lib.adapters.embedders.local import LocalEmbedder, local_embedder_available
 
         if local_embedder_available():
             return LocalEmbedder()
@@ -342,20 +342,20 @@ def embedder() -> Embedder:
         return HashingEmbedder(s.OM_EMBEDDING_DIMENSIONS)
     dimensions = s.OM_EMBEDDING_DIMENSIONS
     if provider == 'bedrock':
-        from om_lib.adapters.bedrock_embedder import BedrockEmbedder
+        from om_lib.adapters.embedders.bedrock import BedrockEmbedder
 
         return BedrockEmbedder(_bedrock(), model_id=model_id, dimensions=dimensions)
     if provider == 'openai':
-        from om_lib.adapters.openai_embedder import OpenAIEmbedder
+        from om_lib.adapters.embedders.openai import OpenAIEmbedder
 
         return OpenAIEmbedder(_openai(), model_id=model_id, dimensions=dimensions)
-    from om_lib.adapters.gemini_embedder import GeminiEmbedder
+    from om_lib.adapters.embedders.gemini import GeminiEmbedder
 
     return GeminiEmbedder(_gemini(), model_id=model_id, dimensions=dimensions)
 
 
 def _gemini() -> GeminiLanguageModel:
-    from om_lib.adapters.gemini_model import GeminiLanguageModel
+    from om_lib.adapters.models.gemini import GeminiLanguageModel
 
     model = providers()['google']
     assert isinstance(model, GeminiLanguageModel)  # with credentials the `google` provider is Gemini
@@ -363,7 +363,7 @@ def _gemini() -> GeminiLanguageModel:
 
 
 def _bedrock() -> BedrockLanguageModel:
-    from om_lib.adapters.bedrock_model import BedrockLanguageModel
+    from om_lib.adapters.models.bedrock import BedrockLanguageModel
 
     model = providers()['bedrock']
     assert isinstance(model, BedrockLanguageModel)
@@ -371,7 +371,7 @@ def _bedrock() -> BedrockLanguageModel:
 
 
 def _openai() -> OpenAILanguageModel:
-    from om_lib.adapters.openai_model import OpenAILanguageModel
+    from om_lib.adapters.models.openai import OpenAILanguageModel
 
     model = providers()['openai']
     assert isinstance(model, OpenAILanguageModel)
@@ -383,7 +383,7 @@ def semantic() -> SemanticMemory | None:
     """Semantic search over messages, or None when neither `retrieval.vector` nor `semanticRecall` is on."""
     if not config().resolved().semantic_search:
         return None
-    from om_lib.semantic import SemanticMemory
+    from om_lib.history.semantic import SemanticMemory
 
     # Embedding jobs go to the work queue; without one (a bare test setup) the turn indexes inline.
     work = background_work() if settings().OM_WORK_QUEUE_URL else None

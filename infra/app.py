@@ -87,8 +87,8 @@ from infra.constants import (  # noqa: E402
 from infra.constructs import ApiAuth  # noqa: E402
 from infra.om_stack import OmStack, StackSettings, validate_om_config  # noqa: E402
 from om_lib.config import load_config  # noqa: E402
-from om_lib.embedders import DEFAULT_EMBEDDING_DIMENSIONS  # noqa: E402
 from om_lib.errors import ConfigError  # noqa: E402
+from om_lib.models.embedders import DEFAULT_EMBEDDING_DIMENSIONS  # noqa: E402
 
 _STAGE = re.compile(r'^[A-Za-z][A-Za-z0-9-]{0,19}$')
 _API_KEY_NAME = re.compile(r'^[A-Za-z][A-Za-z0-9-]{0,39}$')
@@ -220,8 +220,8 @@ def _secret(context: Mapping[str, Any], provider: str) -> tuple[str | None, str 
 
 def _embedding(context: Mapping[str, Any]) -> tuple[str | None, int | None]:
     """`embeddingModel` / `embeddingDimensions`, checked by the rules the functions apply at start-up."""
-    from om_lib.adapters.bedrock_embedder import check_titan_model
-    from om_lib.embedders import check_embedding_model
+    from om_lib.adapters.embedders.bedrock import check_titan_model
+    from om_lib.models.embedders import check_embedding_model
 
     model, dimensions = context.get('embeddingModel'), context.get('embeddingDimensions')
     size = None if dimensions is None else int(_number(dimensions, 'embeddingDimensions'))

@@ -30,7 +30,7 @@ ASSET_MODES: Final = ('full', 'source')
 """`full`: wheels + source + encoding (what you deploy). `source`: source + encoding only (tests, quick synths)."""
 
 # ---- IAM: explicit actions only (no `*`, no `service:*`, no `service:Prefix*`) ---------------------------------------
-# What the store (om_lib/adapters/dynamodb_store.py) and the blob reader call; add an action here when they do more.
+# What the store (om_lib/adapters/aws/dynamodb/store.py) and the blob reader call; add an action here when they do more.
 TABLE_READ_ACTIONS: Final = ('dynamodb:GetItem', 'dynamodb:BatchGetItem', 'dynamodb:Query')
 TABLE_WRITE_ACTIONS: Final = ('dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:BatchWriteItem')
 TABLE_DELETE_ACTIONS: Final = ('dynamodb:DeleteItem',)
@@ -146,7 +146,7 @@ class FunctionSpec:
     reserved_concurrency: int | None = None
 
 
-# The indexes (om_lib/adapters/dynamodb_schema.py): LSI1 messages by seq, GSI1 threads of a resource, GSI2 the
+# The indexes (om_lib/adapters/aws/dynamodb/schema.py): LSI1 messages by seq, GSI1 threads of a resource, GSI2 the
 # attention list (the sweeper's), GSI3 a resource's threads with unobserved messages.
 _DATA_INDEXES = ('LSI1', 'GSI1', 'GSI3')
 _ALL_TABLE_ACTIONS = (*TABLE_READ_ACTIONS, *TABLE_WRITE_ACTIONS, *TABLE_DELETE_ACTIONS)
@@ -282,7 +282,7 @@ REQUEST_TIME_BUDGET_S: Final = 20
 # ---- Work queue ----------------------------------------------------------------------------------------------------
 # AWS: the queue's visibility timeout should be at least six times the consuming function's timeout.
 QUEUE_VISIBILITY_FACTOR: Final = 6
-# A job that met a model outage comes back after 30 s doubling to 15 min (om_lib.adapters.aws_work.retry_delay_s):
+# A job that met a model outage comes back after 30 s doubling to 15 min (om_lib.adapters.aws.work.retry_delay_s):
 # ten receives ride out about an hour of outage before the job goes to the DLQ.
 QUEUE_MAX_RECEIVES: Final = 10
 QUEUE_RETENTION_DAYS: Final = 4

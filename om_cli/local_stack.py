@@ -1017,7 +1017,7 @@ class LocalStack:
         return self._clients[service]
 
     def _create_resources(self) -> None:
-        from om_lib.adapters.dynamodb_schema import ensure_table
+        from om_lib.adapters.aws.dynamodb.schema import ensure_table
 
         names = self.names
         ensure_table(self.client('dynamodb'), names.table)

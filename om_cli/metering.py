@@ -236,7 +236,7 @@ def _keep_params(params: dict[str, Any], context: dict[str, Any], **_: Any) -> N
 
 def _index_keys() -> list[tuple[str, frozenset[str], bool]]:
     """`(index, key attributes, projects the whole item)` of the table's indexes."""
-    from om_lib.adapters import dynamodb_schema as schema
+    from om_lib.adapters.aws.dynamodb import schema
 
     found = []
     for index in (*schema.LOCAL_SECONDARY_INDEXES, *schema.GLOBAL_SECONDARY_INDEXES):

@@ -32,17 +32,17 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from om_lib.errors import ConfigError
-from om_lib.idle import IdleActivation, IdleTTL, IdleTTLMap, duration_seconds
-from om_lib.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelSpec, model_refs
-from om_lib.temporal import DEFAULT_MIN_GAP_S
-from om_lib.thresholds import (
+from om_lib.context.idle import IdleActivation, IdleTTL, IdleTTLMap, duration_seconds
+from om_lib.context.temporal import DEFAULT_MIN_GAP_S
+from om_lib.context.thresholds import (
     ThresholdRange,
     calculate_dynamic_threshold,
     get_max_threshold,
     resolve_block_after,
     resolve_buffer_tokens,
 )
+from om_lib.errors import ConfigError
+from om_lib.models.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelSpec, model_refs
 
 __all__ = [
     'DEFAULT_MODEL',

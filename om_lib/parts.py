@@ -122,7 +122,7 @@ class ObservationEnd(OMPart):
     thread_id: str
     current_task: str | None = None
     suggested_response: str | None = None
-    # Doubts about the answer that was accepted (om_lib/log_check.py: `mostly_prose`, `repeated_item`, ...).
+    # Doubts about the answer that was accepted (om_lib/prompts/log_check.py: `mostly_prose`, `repeated_item`, ...).
     notes: tuple[str, ...] | None = None
 
 

@@ -39,7 +39,10 @@ class StringTokenizer(Protocol):
 
 @runtime_checkable
 class LanguageModel(Protocol):
-    """One provider's models (`google`, `offline`). Routing, fallbacks and retries live in om_lib.model_router."""
+    """One provider's models (`google`, `offline`).
+
+    Routing, fallbacks and retries live in om_lib.models.model_router.
+    """
 
     def generate(self, model_id: str, request: ModelRequest, *, timeout_s: float) -> ModelResponse:
         """Run one generation with `model_id` (the part after `provider/`).
@@ -296,8 +299,8 @@ class MemoryStore(Protocol):
     def rewrite_generation(self, record: OMRecord) -> None:
         """Replace an earlier generation's content with `record` (same key and generation; never the head).
 
-        For forgetting (`om_lib.forgetting`): a generation that observed deleted messages, rewritten without them.
-        Does nothing when that generation is gone, or is the head (which changes only through `put_record` and
+        For forgetting (`om_lib.history.forgetting`): a generation that observed deleted messages, rewritten without
+        them. Does nothing when that generation is gone, or is the head (which changes only through `put_record` and
         `put_generation`).
         """
         ...

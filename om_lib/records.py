@@ -165,8 +165,8 @@ class OMRecord(_Model):
     # `data-om-buffering-end`/`-failed` parts of background work, kept until a step answers them (newest last,
     # bounded): the worker has no client to tell.
     background_parts: tuple[dict[str, Any], ...] = ()
-    # Message deletions that reached this memory (om_lib.forgetting): background work that read messages before one
-    # (a buffering job) finds it moved and throws its result away, which may hold a deleted message.
+    # Message deletions that reached this memory (om_lib.history.forgetting): background work that read messages before
+    # one (a buffering job) finds it moved and throws its result away, which may hold a deleted message.
     deletions: int = 0
 
     observing: Lease | None = None
@@ -234,5 +234,5 @@ class FailureNote(_Model):
     # `data-om-buffering-failed` (background work) rather than `data-om-observation-failed`.
     background: bool = False
     # Not a failure: an answer that became memory although a check was unsure about it (`reason` names the doubt,
-    # om_lib/log_check.py). Kept beside the failures; the memory view lists them apart (`recentNotes`).
+    # om_lib/prompts/log_check.py). Kept beside the failures; the memory view lists them apart (`recentNotes`).
     note: bool = False

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-from om_lib import history, uploads
-from om_lib.chat import (
+from om_lib import uploads
+from om_lib.config import ResolvedOMConfig, SemanticRecallSettings
+from om_lib.conversation.chat import (
     ActorFinished,
     ActorStarted,
     ChatEvent,
@@ -29,9 +30,9 @@ from om_lib.chat import (
     ToolCalled,
     TurnStarted,
 )
-from om_lib.config import ResolvedOMConfig, SemanticRecallSettings
-from om_lib.conversation import AgentStep, AgentTurn, Conversation
-from om_lib.engine import MemoryEngine, OmStatus
+from om_lib.conversation.conversation import AgentStep, AgentTurn, Conversation
+from om_lib.engine.engine import MemoryEngine, OmStatus
+from om_lib.engine.jobs import QUIET_AFTER
 from om_lib.errors import (
     InvalidInputError,
     OMError,
@@ -40,19 +41,19 @@ from om_lib.errors import (
     WorkingMemoryDisabledError,
 )
 from om_lib.events import lifecycle_events
-from om_lib.history import DEFAULT_PER_PAGE, DateRange, Include
-from om_lib.jobs import QUIET_AFTER
+from om_lib.history import history
+from om_lib.history.history import DEFAULT_PER_PAGE, DateRange, Include
+from om_lib.history.recall import RecallRequest, recall
+from om_lib.history.semantic import SemanticMemory
+from om_lib.history.threads import list_resource_threads
+from om_lib.history.working_memory import MAX_WORKING_MEMORY_BYTES, WorkingMemory, WorkingMemoryView
 from om_lib.llm import FunctionDeclaration
 from om_lib.messages import Message
 from om_lib.parts import FAILED_TYPES, Activation, BufferingEnd, CycleParts, ObservationEnd
 from om_lib.ports import EventPublisher
-from om_lib.recall import RecallRequest, recall
 from om_lib.records import OMRecord, Thread, record_key
-from om_lib.semantic import SemanticMemory
-from om_lib.threads import list_resource_threads
 from om_lib.uploads import Upload
 from om_lib.work import Job
-from om_lib.working_memory import MAX_WORKING_MEMORY_BYTES, WorkingMemory, WorkingMemoryView
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +178,7 @@ class MemoryService:
     def observe(self, resource_id: str, thread_id: str, imported: Sequence[Message] | None = None) -> OperationResult:
         """`POST /threads/{threadId}/memory/observe`: observe now. Without `imported`, the thread's unobserved
         messages (below the threshold too); with it, messages imported from elsewhere (with their own dates), observed
-        into this thread's memory without being added to its messages (om_lib/jobs.py)."""
+        into this thread's memory without being added to its messages (om_lib/engine/jobs.py)."""
         if imported:
             record, parts = self.engine.observe_imported(resource_id, thread_id, imported)
         else:
@@ -261,7 +262,8 @@ class MemoryService:
 
     def delete_messages(self, resource_id: str, thread_id: str, message_ids: Sequence[str] | None) -> int:
         """`DELETE /threads/{threadId}/messages`: delete by id (None: clear the thread); what was derived from them goes
-        from every generation of memory and from the vectors (`om_lib.forgetting`), and the rest is observed again."""
+        from every generation of memory and from the vectors (`om_lib.history.forgetting`), and the rest is observed
+        again."""
         return history.forget_messages(
             self.engine.store,
             resource_id,

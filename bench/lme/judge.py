@@ -111,8 +111,8 @@ class ModelJudge:
 
     def __init__(self, model: str, providers: dict[str, Any], *, deadline_s: float = 120.0) -> None:
         from om_lib.clock import SystemClock
-        from om_lib.model_router import ModelRouter
-        from om_lib.model_spec import ModelRef
+        from om_lib.models.model_router import ModelRouter
+        from om_lib.models.model_spec import ModelRef
 
         self.name = model
         self._ref = ModelRef.parse(model)

@@ -1,8 +1,8 @@
 """`POST /attachments`: a presigned S3 upload under the resource's prefix, for a thread the caller owns.
 
-The object key lives under the thread's prefix (`s3_blobs.attachment_key`), so erasing the thread or the resource
-deletes the upload too, and the engine reads it back only for this resource. A URL used after the erase stores an
-object that the bucket reports and `functions/orphan_uploads` deletes (`om_lib.uploads`). The presigned PUT is signed
+The object key lives under the thread's prefix (`om_lib.adapters.aws.s3.attachment_key`), so erasing the thread or the
+resource deletes the upload too, and the engine reads it back only for this resource. A URL used after the erase stores
+an object that the bucket reports and `functions/orphan_uploads` deletes (`om_lib.uploads`). The presigned PUT is signed
 with the declared Content-Type: the client must send the same header.
 """
 
@@ -20,7 +20,7 @@ from functions import _wiring
 from functions._observability import logger
 from functions.api.models import AttachmentIn, AttachmentOut
 from functions.api.routes import _errors, _ok, authorize, json_response
-from om_lib.adapters.s3_blobs import attachment_key
+from om_lib.adapters.aws.s3 import attachment_key
 from om_lib.messages import iso
 from om_lib.uploads import Upload, incarnation
 

@@ -15,7 +15,7 @@ from typing import Any
 from functions import _wiring
 from functions.api.errors import ApiError
 from functions.api.models import MessageIn
-from om_lib.adapters.s3_blobs import resource_prefix
+from om_lib.adapters.aws.s3 import resource_prefix
 from om_lib.messages import FilePart, ImagePart
 
 ALLOWED_SCHEMES = ('https', 'data', 's3')

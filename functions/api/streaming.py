@@ -1,7 +1,7 @@
 """The streamed chat answer: the AI SDK's UI message stream (protocol v1) over server-sent events.
 
-A chat turn reports what happens as `ChatEvent`s (om_lib.chat); `UiMessageStream` turns them into the protocol's
-chunks, each framed as `data: <json>\\n\\n`:
+A chat turn reports what happens as `ChatEvent`s (om_lib.conversation.chat); `UiMessageStream` turns them into the
+protocol's chunks, each framed as `data: <json>\\n\\n`:
 
     start {messageId}                  the reply's id, once the message is claimed (not answered before)
     data-om-status {id, data}          the memory's windows as the step found them (replaced by the final one: same id)

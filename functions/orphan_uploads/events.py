@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from om_lib.adapters.s3_blobs import ATTACHMENT_KEY_PATTERN
+from om_lib.adapters.aws.s3 import ATTACHMENT_KEY_PATTERN
 
 
 def object_created_pattern(bucket: str) -> dict[str, Any]:

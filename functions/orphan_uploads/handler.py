@@ -21,7 +21,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _wiring
 from functions._observability import logger, traced
-from om_lib.adapters.s3_blobs import notified_key, parse_attachment_key
+from om_lib.adapters.aws.s3 import notified_key, parse_attachment_key
 
 processor = BatchProcessor(event_type=EventType.SQS)
 processor.raise_on_entire_batch_failure = False

@@ -1,4 +1,5 @@
-"""MemoryTable: the DynamoDB table, built from `om_lib.adapters.dynamodb_schema` so infra and the store never drift."""
+"""MemoryTable: the DynamoDB table, built from `om_lib.adapters.aws.dynamodb.schema` so infra and the store never
+drift."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from constructs import Construct
 
 from infra.constants import KMS_TABLE_USER_ACTIONS, FunctionAccess
 from infra.constructs.memory_key import DYNAMODB, MemoryKey
-from om_lib.adapters import dynamodb_schema as schema
+from om_lib.adapters.aws.dynamodb import schema
 
 _TYPES = {'S': dynamodb.AttributeType.STRING, 'N': dynamodb.AttributeType.NUMBER, 'B': dynamodb.AttributeType.BINARY}
 _PROJECTIONS = {
@@ -86,14 +87,14 @@ class MemoryTable(Construct):
 
     @property
     def index_names(self) -> list[str]:
-        """The indexes dynamodb_schema declares."""
+        """The indexes the table's schema declares (`om_lib.adapters.aws.dynamodb.schema`)."""
         return [i['IndexName'] for i in (*schema.LOCAL_SECONDARY_INDEXES, *schema.GLOBAL_SECONDARY_INDEXES)]
 
     def grant(self, role: iam.IRole, access: FunctionAccess, *, sid: str) -> None:
         """`access.table_actions` on the table and `access.indexes`, and use of the key through DynamoDB."""
         unknown = set(access.indexes) - set(self.index_names)
         if unknown:
-            raise ValueError(f'{sid}: no index {sorted(unknown)} in dynamodb_schema (indexes: {self.index_names})')
+            raise ValueError(f'{sid}: no index {sorted(unknown)} in the table schema (indexes: {self.index_names})')
         iam.Grant.add_to_principal(
             grantee=role,
             actions=list(access.table_actions),

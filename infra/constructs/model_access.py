@@ -43,10 +43,10 @@ from infra.constructs.memory_key import SECRETS_MANAGER, MemoryKey
 from infra.constructs.model_key_secret import ModelKeySecret
 from infra.constructs.nag import acknowledge, nag_text
 from infra.constructs.service_function import ServiceFunction
-from om_lib.adapters.bedrock_model import foundation_model_id
+from om_lib.adapters.models.bedrock import foundation_model_id
 from om_lib.config import OMConfig
-from om_lib.embedders import DEFAULT_EMBEDDING_MODEL
-from om_lib.model_spec import ModelRef
+from om_lib.models.embedders import DEFAULT_EMBEDDING_MODEL
+from om_lib.models.model_spec import ModelRef
 
 MODEL_ROLES = ('observer', 'reflector', 'actor', 'title', 'embedder')
 # Providers whose API key lives in a secret: provider → (construct id and name in outputs, the functions' variable).

@@ -26,7 +26,7 @@ import pytest
 from botocore.config import Config
 
 from om_cli.local_stack import LocalStack
-from om_lib.adapters.dynamodb_schema import ensure_table
+from om_lib.adapters.aws.dynamodb.schema import ensure_table
 from tests.dynalite import ensure_dynalite, running_dynalite
 
 pytestmark = pytest.mark.e2e

@@ -12,7 +12,7 @@ import pytest
 
 from om_cli import inspect
 from om_cli.local_stack import LocalStack
-from om_lib.resource_scope import shown_thread_id
+from om_lib.observation.resource_scope import shown_thread_id
 from tests.e2e.browser import SayingModels, assert_readable, observation_lines, ready, screenshot
 from tests.e2e.browser import artifacts as artifacts  # noqa: F401 - fixtures
 from tests.e2e.browser import browser as browser  # noqa: F401

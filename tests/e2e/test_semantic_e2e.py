@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from om_cli.local_stack import LocalStack
-from om_lib.adapters.local_embedder import local_embedder_available
+from om_lib.adapters.embedders.local import local_embedder_available
 from tests.e2e.conftest import Api, running_stack, wait_for
 
 pytestmark = [

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, Protocol, Self, TypeVar
 
-from om_lib.embedders import HashingEmbedder
+from om_lib.models.embedders import HashingEmbedder
 
 EmbedHandler = Callable[[str, int], list[float]]
 

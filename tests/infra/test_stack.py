@@ -26,7 +26,7 @@ from infra.constants import (
     STATE_MACHINE_ASL,
 )
 from infra.constructs import ServiceFunction
-from om_lib.adapters import dynamodb_schema as schema
+from om_lib.adapters.aws.dynamodb import schema
 from om_lib.errors import ConfigError
 from tests.infra.conftest import FAST, Resources, of_type, synth_stack
 

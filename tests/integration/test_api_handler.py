@@ -18,7 +18,7 @@ import pytest
 from moto import mock_aws
 
 from functions import _wiring
-from om_lib.adapters.dynamodb_schema import create_table
+from om_lib.adapters.aws.dynamodb.schema import create_table
 from tests.fakes.fake_gemini import FakeGemini, FakeReply
 
 ROOT = Path(__file__).resolve().parents[2]

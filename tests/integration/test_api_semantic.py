@@ -14,9 +14,9 @@ import pytest
 from moto import mock_aws
 
 from functions import _wiring
-from om_lib.adapters.dynamodb_schema import create_table
-from om_lib.adapters.dynamodb_vectors import DynamoVectorIndex
-from om_lib.embedders import HashingEmbedder
+from om_lib.adapters.aws.dynamodb.schema import create_table
+from om_lib.adapters.aws.dynamodb.vectors import DynamoVectorIndex
+from om_lib.models.embedders import HashingEmbedder
 from om_lib.ports import VectorEntry
 from tests.fakes.fake_gemini import FakeGemini, FakeReply
 from tests.fakes.loopback import keyword_embedding  # keyword overlap: enough to check the plumbing
@@ -296,8 +296,8 @@ def test_dynamo_vector_index_deletes_by_seq_reading_only_the_batches_that_hold_t
 
 
 def test_the_embedder_follows_the_settings(gemini: FakeGemini, monkeypatch: pytest.MonkeyPatch) -> None:
-    from om_lib.adapters.gemini_embedder import GeminiEmbedder
-    from om_lib.adapters.local_embedder import LocalEmbedder, local_embedder_available
+    from om_lib.adapters.embedders.gemini import GeminiEmbedder
+    from om_lib.adapters.embedders.local import LocalEmbedder, local_embedder_available
 
     _wiring.reset()
     assert isinstance(_wiring.embedder(), GeminiEmbedder) and _wiring.embedder().name == f'google/{EMBED_MODEL}@256'
@@ -345,8 +345,8 @@ def test_the_actor_searches_with_the_recall_tool_in_chat(api: Api, gemini: FakeG
 
 
 def test_gemini_embedder_batches_and_normalises(gemini: FakeGemini) -> None:
-    from om_lib.adapters.gemini_embedder import BATCH, GeminiEmbedder
-    from om_lib.adapters.gemini_model import GeminiLanguageModel
+    from om_lib.adapters.embedders.gemini import BATCH, GeminiEmbedder
+    from om_lib.adapters.models.gemini import GeminiLanguageModel
     from om_lib.errors import ModelRequestError, ModelUnavailableError
 
     embedder = GeminiEmbedder(GeminiLanguageModel(api_key='k', base_url=gemini.url), dimensions=64)

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from om_lib.adapters.bedrock_embedder import BedrockEmbedder
-from om_lib.adapters.bedrock_model import BedrockLanguageModel
+from om_lib.adapters.embedders.bedrock import BedrockEmbedder
+from om_lib.adapters.models.bedrock import BedrockLanguageModel
 from om_lib.clock import SystemClock
 from om_lib.errors import (
     DeadlineExceededError,
@@ -21,8 +21,8 @@ from om_lib.errors import (
     ModelUnavailableError,
 )
 from om_lib.llm import Content, FunctionCall, FunctionResponse, InlineBlob
-from om_lib.model_router import ModelRouter
-from om_lib.model_spec import ModelFallbacks, ModelRef
+from om_lib.models.model_router import ModelRouter
+from om_lib.models.model_spec import ModelFallbacks, ModelRef
 from tests.fakes.fake_bedrock import ConverseReply, FakeBedrock, fake_bedrock_env
 from tests.integration.model_adapters import PNG, RECALL, request, serving
 
@@ -312,8 +312,8 @@ def test_titan_embedder_errors_use_the_same_table(server: FakeBedrock, model: Be
 
 def test_importing_the_adapters_imports_no_sdk() -> None:
     code = (
-        'import sys, om_lib.adapters.bedrock_model, om_lib.adapters.bedrock_embedder, om_lib.adapters.openai_model, '
-        'om_lib.adapters.openai_embedder; sys.exit(any(m in sys.modules for m in ("boto3", "botocore", "openai")))'
+        'import sys, om_lib.adapters.models.bedrock, om_lib.adapters.embedders.bedrock, om_lib.adapters.models.openai, '
+        'om_lib.adapters.embedders.openai; sys.exit(any(m in sys.modules for m in ("boto3", "botocore", "openai")))'
     )
     assert subprocess.run([sys.executable, '-c', code], check=False).returncode == 0
 

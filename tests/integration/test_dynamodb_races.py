@@ -21,8 +21,8 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from om_lib.adapters.dynamodb_schema import create_table
-from om_lib.adapters.dynamodb_store import DynamoMemoryStore
+from om_lib.adapters.aws.dynamodb.schema import create_table
+from om_lib.adapters.aws.dynamodb.store import DynamoMemoryStore
 from om_lib.errors import VersionConflictError
 from om_lib.messages import Message
 from om_lib.records import Lease, OMRecord
@@ -200,9 +200,9 @@ def test_two_threads_of_one_resource_stepping_at_once_neither_double_observe_nor
     """Resource scope: two conversations of one user step concurrently; every message is observed exactly once."""
     from om_lib.clock import SystemClock
     from om_lib.config import OMConfig
-    from om_lib.engine import MemoryEngine
-    from om_lib.model_router import ModelRouter
-    from om_lib.tokens import TokenCounter
+    from om_lib.context.tokens import TokenCounter
+    from om_lib.engine.engine import MemoryEngine
+    from om_lib.models.model_router import ModelRouter
     from tests.fakes.scripted_model import ScriptedModel
     from tests.unit.test_engine import WordTokenizer, words
     from tests.unit.test_resource_engine import echo_observer, resource_config
@@ -258,10 +258,10 @@ def test_concurrent_retries_of_one_chat_message_call_the_actor_once_and_store_on
     gets that reply."""
     from om_lib.clock import SystemClock
     from om_lib.config import OMConfig
-    from om_lib.engine import MemoryEngine
-    from om_lib.model_router import ModelRouter
+    from om_lib.context.tokens import TokenCounter
+    from om_lib.engine.engine import MemoryEngine
+    from om_lib.models.model_router import ModelRouter
     from om_lib.service import MemoryService
-    from om_lib.tokens import TokenCounter
     from tests.fakes.scripted_model import ScriptedModel
     from tests.unit.test_api_chat import WordTokenizer
 

@@ -14,9 +14,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from om_lib.adapters.dynamodb_schema import create_table, ensure_table
-from om_lib.adapters.dynamodb_store import DynamoMemoryStore, _thread_pk
-from om_lib.adapters.s3_blobs import S3BlobReader
+from om_lib.adapters.aws.dynamodb.items import thread_pk as _thread_pk
+from om_lib.adapters.aws.dynamodb.schema import create_table, ensure_table
+from om_lib.adapters.aws.dynamodb.store import DynamoMemoryStore
+from om_lib.adapters.aws.s3 import S3BlobReader
 from om_lib.clock import ManualClock
 from om_lib.errors import ErasedError, InvalidInputError, MessageConflictError, VersionConflictError
 from om_lib.messages import Message

@@ -13,17 +13,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from om_lib import context as ctx
-from om_lib import observer as obs
-from om_lib.adapters.gemini_model import GeminiLanguageModel
-from om_lib.adapters.memory_store import InMemoryStore
+from om_lib.adapters.memory.store import InMemoryStore
+from om_lib.adapters.models.gemini import GeminiLanguageModel
 from om_lib.adapters.tiktoken_counter import get_tokenizer
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
-from om_lib.engine import MemoryEngine
+from om_lib.context import context as ctx
+from om_lib.context.tokens import TokenCounter
+from om_lib.engine.engine import MemoryEngine
 from om_lib.messages import Message
-from om_lib.model_router import ModelRouter
-from om_lib.tokens import TokenCounter
+from om_lib.models.model_router import ModelRouter
+from om_lib.prompts import observer as obs
 from tests.fakes.fake_gemini import FakeGemini, FakeReply, FakeRequest
 
 FLASH, PRO = 'gemini-2.5-flash', 'gemini-2.5-pro'

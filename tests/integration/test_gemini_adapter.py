@@ -10,12 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from om_lib.adapters.gemini_model import GeminiLanguageModel
+from om_lib.adapters.models.gemini import GeminiLanguageModel
 from om_lib.clock import SystemClock
 from om_lib.errors import DeadlineExceededError, ModelOutputError, ModelRequestError, ModelUnavailableError
 from om_lib.llm import Content, FunctionCall, FunctionDeclaration, FunctionResponse, InlineBlob
-from om_lib.model_router import ModelRouter
-from om_lib.model_spec import ModelFallbacks, ModelRef
+from om_lib.models.model_router import ModelRouter
+from om_lib.models.model_spec import ModelFallbacks, ModelRef
 from tests.fakes.fake_gemini import FakeGemini, FakeReply, fake_gemini_env
 from tests.fakes.model_guard import ModelRequestBlockedError, loopback_only
 from tests.integration.model_adapters import PNG, request
@@ -284,7 +284,9 @@ def test_fake_gemini_embeddings_are_deterministic(server: FakeGemini) -> None:
 
 
 def test_importing_the_adapter_does_not_import_google_genai() -> None:
-    code = 'import sys, om_lib.adapters.gemini_model, om_lib.model_router; sys.exit("google.genai" in sys.modules)'
+    code = (
+        'import sys, om_lib.adapters.models.gemini, om_lib.models.model_router; sys.exit("google.genai" in sys.modules)'
+    )
     assert subprocess.run([sys.executable, '-c', code], check=False).returncode == 0
 
 

@@ -11,13 +11,13 @@ from dataclasses import replace
 
 import pytest
 
-from om_lib.adapters.openai_embedder import OpenAIEmbedder
-from om_lib.adapters.openai_model import OpenAILanguageModel
+from om_lib.adapters.embedders.openai import OpenAIEmbedder
+from om_lib.adapters.models.openai import OpenAILanguageModel
 from om_lib.clock import SystemClock
 from om_lib.errors import ModelOutputError, ModelRequestError, ModelThrottledError, ModelUnavailableError
 from om_lib.llm import Content, FunctionCall, FunctionResponse, InlineBlob
-from om_lib.model_router import ModelRouter
-from om_lib.model_spec import ModelRef
+from om_lib.models.model_router import ModelRouter
+from om_lib.models.model_spec import ModelRef
 from tests.fakes.fake_openai import ChatReply, FakeOpenAI, ToolCall, fake_openai_env
 from tests.integration.model_adapters import PNG, RECALL, serving
 from tests.integration.model_adapters import actor_request as request

@@ -79,8 +79,8 @@ ALL_BEDROCK = {'model': 'bedrock/us.amazon.nova-lite-v1:0', 'actorModel': 'opena
 
 
 def test_local_runs_fall_back_per_provider_and_say_which(wiring, monkeypatch, caplog) -> None:
-    from om_lib.adapters.bedrock_model import BedrockLanguageModel
-    from om_lib.offline_model import OfflineLanguageModel
+    from om_lib.adapters.models.bedrock import BedrockLanguageModel
+    from om_lib.models.offline_model import OfflineLanguageModel
 
     # Given a local run (offline fallback allowed) using Bedrock and OpenAI, with only an OpenAI key
     _use(monkeypatch, ALL_BEDROCK, OM_OFFLINE_FALLBACK='1', OPENAI_API_KEY='k')
@@ -100,7 +100,7 @@ def test_local_runs_fall_back_per_provider_and_say_which(wiring, monkeypatch, ca
 
 
 def test_deployed_functions_never_fall_back(wiring, monkeypatch) -> None:
-    from om_lib.offline_model import OfflineLanguageModel
+    from om_lib.models.offline_model import OfflineLanguageModel
 
     _use(monkeypatch, ALL_BEDROCK)
     providers = wiring.providers()
@@ -110,8 +110,8 @@ def test_deployed_functions_never_fall_back(wiring, monkeypatch) -> None:
 def test_embedders_are_chosen_and_checked_at_start_up(wiring, monkeypatch) -> None:
     from pydantic import ValidationError
 
-    from om_lib.adapters.bedrock_embedder import BedrockEmbedder
-    from om_lib.adapters.openai_embedder import OpenAIEmbedder
+    from om_lib.adapters.embedders.bedrock import BedrockEmbedder
+    from om_lib.adapters.embedders.openai import OpenAIEmbedder
 
     semantic = {**ALL_BEDROCK, 'retrieval': {'vector': True}}
     _use(monkeypatch, semantic, OM_EMBEDDING_MODEL='bedrock/amazon.titan-embed-text-v2:0')

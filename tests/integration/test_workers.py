@@ -18,7 +18,7 @@ from moto import mock_aws
 
 from functions import _wiring
 from om_cli.local_stack import LocalLambdaContext
-from om_lib.adapters.dynamodb_schema import create_table
+from om_lib.adapters.aws.dynamodb.schema import create_table
 from om_lib.messages import Message
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,7 +164,7 @@ def test_buffer_worker_job_delivered_twice_observes_once(aws):
 def test_buffer_worker_failing_model_fails_the_record_for_redelivery(aws, monkeypatch):
     # Given a backlog and a model that is down
     from om_lib.errors import ModelUnavailableError
-    from om_lib.offline_model import OfflineLanguageModel
+    from om_lib.models.offline_model import OfflineLanguageModel
 
     _conversation(4)
 
@@ -180,9 +180,9 @@ def test_buffer_worker_failing_model_fails_the_record_for_redelivery(aws, monkey
 
 def test_a_job_that_met_a_model_outage_comes_back_later_each_time(aws, monkeypatch):
     # Given a backlog, its job on the (moto) queue, and a model that is down
-    from om_lib.adapters.aws_work import RETRY_BASE_S, retry_delay_s
+    from om_lib.adapters.aws.work import RETRY_BASE_S, retry_delay_s
     from om_lib.errors import ModelUnavailableError
-    from om_lib.offline_model import OfflineLanguageModel
+    from om_lib.models.offline_model import OfflineLanguageModel
 
     sqs, url = aws
     _conversation(4)
@@ -259,7 +259,7 @@ def test_reflection_validate_without_the_lease_raises_by_class_name(aws):
     _grow_observations_past_the_reflection_threshold()
     # When validate runs for an owner that holds no lease
     # Then it raises: Lambda reports the class name as the error type, which the ASL's Catch routes to Release
-    from om_lib.engine import ReflectionRejectedError
+    from om_lib.engine.engine import ReflectionRejectedError
 
     with pytest.raises(ReflectionRejectedError):
         invoke('reflection', _reflection_event('validate', 'nobody'))
@@ -358,7 +358,7 @@ def test_buffered_reflection_through_the_reflection_function_is_staged_then_acti
 
 
 def test_orphan_uploads_sample_event_deletes_an_upload_of_an_erased_thread_and_keeps_a_live_ones(aws):
-    from om_lib.adapters.s3_blobs import attachment_key
+    from om_lib.adapters.aws.s3 import attachment_key
     from om_lib.uploads import Upload, incarnation
 
     s3 = boto3.client('s3')

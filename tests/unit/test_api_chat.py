@@ -1,19 +1,20 @@
-"""ChatService (om_lib/chat.py) over the in-memory store and a scripted model: what the Actor is sent, what is saved."""
+"""ChatService (om_lib/conversation/chat.py) over the in-memory store and a scripted model: what the Actor is sent, what
+is saved."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from om_lib.adapters.memory_store import InMemoryStore
+from om_lib.adapters.memory.store import InMemoryStore
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
-from om_lib.engine import MemoryEngine
+from om_lib.context.tokens import TokenCounter
+from om_lib.engine.engine import MemoryEngine
 from om_lib.errors import ModelUnavailableError
 from om_lib.llm import FunctionCall, FunctionResponse
 from om_lib.messages import Message
-from om_lib.model_router import ModelRouter
+from om_lib.models.model_router import ModelRouter
 from om_lib.service import MemoryService
-from om_lib.tokens import TokenCounter
 from tests.fakes.scripted_model import ScriptedModel
 
 

@@ -1,5 +1,6 @@
-"""The archive (om_lib/archive.py): memory stays within its bound without a model call, nothing is lost, recall pages
-it back; and group markup stays well formed under every operation that rewrites the log (a property test)."""
+"""The archive (om_lib/reflection/archive.py): memory stays within its bound without a model call, nothing is lost,
+recall pages it back; and group markup stays well formed under every operation that rewrites the log (a property
+test)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,16 @@ from datetime import UTC, datetime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from om_lib import buffering as buf
-from om_lib import context as ctx
-from om_lib.archive import Archive, catalog_line, page_archive, plan_archive
 from om_lib.config import ArchiveSettings
-from om_lib.forgetting import archive_without
-from om_lib.history import forget_messages
+from om_lib.context import context as ctx
+from om_lib.history.forgetting import archive_without
+from om_lib.history.history import forget_messages
+from om_lib.history.recall import RecallRequest, recall
+from om_lib.observation import buffering as buf
 from om_lib.parts import CycleParts
-from om_lib.recall import RecallRequest, recall
+from om_lib.prompts.reflector import merge_buffered_reflection
 from om_lib.records import ArchivedGroup, BufferedChunk, OMRecord
-from om_lib.reflector import merge_buffered_reflection
+from om_lib.reflection.archive import Archive, catalog_line, page_archive, plan_archive
 from tests.unit.test_engine import Harness, words
 
 T0 = datetime(2026, 11, 28, 9, 0, tzinfo=UTC)
@@ -311,7 +312,7 @@ class Log:
                     created_at=T0,
                 )
             )
-        from om_lib.buffered import grouped
+        from om_lib.observation.buffered import grouped
 
         act = buf.activate_chunks(self.text, chunks, 2, cursor=0, last_observed_at=None, render=grouped)
         self.text = act.active_observations
@@ -338,7 +339,7 @@ class Log:
             self.text = plan.retained
 
     def delete(self, _body: str, _other: str) -> None:
-        self.text = ''  # deleting observed messages resets the log (om_lib/history.py)
+        self.text = ''  # deleting observed messages resets the log (om_lib/history/history.py)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -7,15 +7,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from om_lib import buffering as buf
-from om_lib.adapters.memory_store import InMemoryStore
+from om_lib.adapters.memory.store import InMemoryStore
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
-from om_lib.engine import MemoryEngine
+from om_lib.context.tokens import TokenCounter
+from om_lib.engine.engine import MemoryEngine
 from om_lib.messages import Message
-from om_lib.model_router import ModelRouter
+from om_lib.models.model_router import ModelRouter
+from om_lib.observation import buffering as buf
 from om_lib.records import BufferedChunk
-from om_lib.tokens import TokenCounter
 from om_lib.work import CollectingWork, Job
 from tests.fakes.scripted_model import ScriptedModel
 

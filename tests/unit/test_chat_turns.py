@@ -8,14 +8,15 @@ from datetime import timedelta
 
 import pytest
 
-from om_lib.adapters.memory_store import InMemoryStore
-from om_lib.chat import reply_id_for
+from om_lib.adapters.memory.store import InMemoryStore
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
-from om_lib.engine import MemoryEngine
+from om_lib.context.tokens import TokenCounter
+from om_lib.conversation.chat import reply_id_for
+from om_lib.engine.engine import MemoryEngine
 from om_lib.errors import MessageConflictError, ModelUnavailableError, TurnInProgressError
 from om_lib.messages import Message
-from om_lib.model_router import ModelRouter
+from om_lib.models.model_router import ModelRouter
 from om_lib.service import (
     ActorFinished,
     ActorStarted,
@@ -25,7 +26,6 @@ from om_lib.service import (
     TextDelta,
     TurnStarted,
 )
-from om_lib.tokens import TokenCounter
 from tests.fakes.scripted_model import ScriptedModel
 from tests.unit.test_api_chat import WordTokenizer
 

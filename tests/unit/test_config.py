@@ -18,9 +18,7 @@ from om_lib.config import (
     load_config,
     parse_model_spec,
 )
-from om_lib.errors import ConfigError
-from om_lib.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelRoutingError
-from om_lib.thresholds import (
+from om_lib.context.thresholds import (
     ThresholdRange,
     calculate_dynamic_threshold,
     calculate_projected_message_removal,
@@ -31,6 +29,8 @@ from om_lib.thresholds import (
     should_trigger_async_observation,
     should_trigger_async_reflection_tokens,
 )
+from om_lib.errors import ConfigError
+from om_lib.models.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelRoutingError
 
 DEFAULT = ModelRef('google', 'gemini-2.5-flash')
 

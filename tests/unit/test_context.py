@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 
-from om_lib.context import (
+from om_lib.context.context import (
     BOUNDARY_RE,
     CONTINUATION_REMINDER_ID,
     add_relative_time_to_observations,
@@ -31,7 +31,7 @@ from om_lib.context import (
     strip_observation_groups,
     wrap_in_observation_group,
 )
-from om_lib.reflector import looks_degenerate
+from om_lib.prompts.reflector import looks_degenerate
 
 NOW = datetime(2025, 1, 20, tzinfo=UTC)
 T1 = datetime(2025, 1, 1, 10, 0, tzinfo=UTC)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from om_lib.adapters.dynamodb_batch import MAX_ROUNDS, batch_get, batch_write
+from om_lib.adapters.aws.dynamodb.batch import MAX_ROUNDS, batch_get, batch_write
 from om_lib.errors import StorageError
 
 

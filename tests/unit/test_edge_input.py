@@ -111,7 +111,7 @@ def test_the_api_guide_documents_every_limit():
 
 
 def test_a_record_key_sqs_cannot_take_as_a_group_id_is_hashed():
-    from om_lib.adapters.aws_work import message_group_id
+    from om_lib.adapters.aws.work import message_group_id
 
     assert message_group_id('thread:user:123/t-1') == 'thread:user:123/t-1'
     long_key = f'thread:{"r" * 128}/{"t" * 128}'

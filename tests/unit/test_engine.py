@@ -6,15 +6,15 @@ from datetime import timedelta
 
 import pytest
 
-from om_lib.adapters.memory_store import InMemoryStore
+from om_lib.adapters.memory.store import InMemoryStore
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
-from om_lib.engine import MemoryEngine
+from om_lib.context.tokens import TokenCounter
+from om_lib.engine.engine import MemoryEngine
 from om_lib.errors import MessageConflictError, ModelUnavailableError
 from om_lib.messages import Message
-from om_lib.model_router import ModelRouter
+from om_lib.models.model_router import ModelRouter
 from om_lib.records import Lease
-from om_lib.tokens import TokenCounter
 from om_lib.work import Job
 from tests.fakes.scripted_model import ScriptedModel
 
@@ -498,7 +498,7 @@ def test_the_reflection_workflow_keeps_lines_appended_while_it_ran():
 
 
 def test_workflow_failure_path_keeps_old_observations():
-    from om_lib.engine import ReflectionRejectedError
+    from om_lib.engine.engine import ReflectionRejectedError
 
     h = Harness(config(message_tokens=50, observation_tokens=40))
     with_work(h)

@@ -1,17 +1,17 @@
-"""Deleting messages removes what was derived from them from every holder (om_lib.forgetting): earlier generations,
-buffered chunks, staged reflections, work in flight and vectors, on the in-memory store."""
+"""Deleting messages removes what was derived from them from every holder (om_lib.history.forgetting): earlier
+generations, buffered chunks, staged reflections, work in flight and vectors, on the in-memory store."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from om_lib import history
-from om_lib.adapters.memory_store import InMemoryStore
-from om_lib.adapters.memory_vectors import InMemoryVectorIndex
-from om_lib.embedders import HashingEmbedder
-from om_lib.forgetting import GENERATIONS_PAGE
+from om_lib.adapters.memory.store import InMemoryStore
+from om_lib.adapters.memory.vectors import InMemoryVectorIndex
+from om_lib.history import history
+from om_lib.history.forgetting import GENERATIONS_PAGE
+from om_lib.history.semantic import SemanticMemory
+from om_lib.models.embedders import HashingEmbedder
 from om_lib.records import BufferedChunk, Lease, ObservationGroup, OMRecord
-from om_lib.semantic import SemanticMemory
 from tests.unit.test_buffering import Harness, buffering_config
 from tests.unit.test_history import KEY, NOW, T0, group, msg, observed
 

@@ -1,4 +1,5 @@
-"""Message history (om_lib.history) on the in-memory store: recall queries, cloning, deleting with OM kept honest."""
+"""Message history (om_lib.history.history) on the in-memory store: recall queries, cloning, deleting with OM kept
+honest."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from om_lib.adapters.memory_store import InMemoryStore
+from om_lib.adapters.memory.store import InMemoryStore
 from om_lib.errors import InvalidInputError, ThreadExistsError, ThreadNotFoundError
-from om_lib.history import Include, clone_thread, forget_messages, query_messages
+from om_lib.history.history import Include, clone_thread, forget_messages, query_messages
 from om_lib.messages import Message
 from om_lib.records import BufferedChunk, ObservationGroup, OMRecord
 

@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from om_lib import temporal
 from om_lib.config import OMConfig
-from om_lib.idle import (
+from om_lib.context import temporal
+from om_lib.context.idle import (
     GEMINI_TTL_S,
     GROQ_TTL_S,
     HOUR,
@@ -25,7 +25,7 @@ from om_lib.idle import (
     resolve_ttl_s,
 )
 from om_lib.messages import Message
-from om_lib.observer import format_messages_for_observer
+from om_lib.prompts.observer import format_messages_for_observer
 from tests.unit.test_buffering import Harness, buffering_config, words
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)

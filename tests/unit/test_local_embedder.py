@@ -1,4 +1,4 @@
-"""Semantic ranking with the offline embedder (all-MiniLM-L6-v2 in numpy, om_lib/adapters/local_embedder.py).
+"""Semantic ranking with the offline embedder (all-MiniLM-L6-v2 in numpy, om_lib/adapters/embedders/local.py).
 
 A small labelled set of paraphrases that share no content word with their queries: keyword matching (the hashing
 embedder, the fake Gemini server) cannot rank them, a sentence-embedding model must. Skipped, with the reason, when
@@ -12,12 +12,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from om_lib.adapters.local_embedder import LocalEmbedder, local_embedder_available
-from om_lib.adapters.memory_store import InMemoryStore
-from om_lib.adapters.memory_vectors import InMemoryVectorIndex
-from om_lib.embedders import HashingEmbedder
+from om_lib.adapters.embedders.local import LocalEmbedder, local_embedder_available
+from om_lib.adapters.memory.store import InMemoryStore
+from om_lib.adapters.memory.vectors import InMemoryVectorIndex
+from om_lib.history.semantic import SemanticMemory
 from om_lib.messages import Message
-from om_lib.semantic import SemanticMemory
+from om_lib.models.embedders import HashingEmbedder
 
 pytestmark = pytest.mark.skipif(
     not local_embedder_available(),

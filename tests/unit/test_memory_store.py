@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from om_lib.adapters.memory_store import InMemoryStore
+from om_lib.adapters.memory.store import InMemoryStore
 from tests.store_conformance import (
     AttentionConformance,
     ScopedThreadIdsConformance,

@@ -9,16 +9,16 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from om_lib.adapters.memory_store import InMemoryStore
+from om_lib.adapters.memory.store import InMemoryStore
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
-from om_lib.engine import MemoryEngine
+from om_lib.context.tokens import TokenCounter
+from om_lib.engine.engine import MemoryEngine
+from om_lib.history.recall import RecallRequest, recall
 from om_lib.llm import ModelRequest
 from om_lib.messages import Message, now_of, time_of
-from om_lib.model_router import ModelRouter
-from om_lib.recall import RecallRequest, recall
+from om_lib.models.model_router import ModelRouter
 from om_lib.service import MemoryService
-from om_lib.tokens import TokenCounter
 from om_lib.work import CollectingWork
 from tests.fakes.scripted_model import ScriptedModel
 

@@ -16,8 +16,8 @@ from om_lib.errors import (
     ModelUnavailableError,
 )
 from om_lib.llm import Content, ModelRequest, ModelResponse
-from om_lib.model_router import CircuitBreakers, ModelRouter
-from om_lib.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelRoutingError
+from om_lib.models.model_router import CircuitBreakers, ModelRouter
+from om_lib.models.model_spec import ModelByInputTokens, ModelFallbacks, ModelRef, ModelRoutingError
 
 REQUEST = ModelRequest(purpose='observer', system='sys', contents=(Content('user', ('hello',)),))
 FLASH = ModelRef('google', 'gemini-2.5-flash')

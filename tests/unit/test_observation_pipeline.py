@@ -17,16 +17,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from om_lib.adapters.memory_store import InMemoryStore
+from om_lib.adapters.memory.store import InMemoryStore
 from om_lib.clock import ManualClock, SystemClock
 from om_lib.config import OMConfig
-from om_lib.engine import MemoryEngine
+from om_lib.context.tokens import TokenCounter
+from om_lib.engine.engine import MemoryEngine
 from om_lib.errors import ModelRequestError
 from om_lib.llm import ModelRequest, ModelResponse
 from om_lib.messages import Message
-from om_lib.model_router import ModelRouter
-from om_lib.offline_model import OfflineLanguageModel
-from om_lib.tokens import TokenCounter
+from om_lib.models.model_router import ModelRouter
+from om_lib.models.offline_model import OfflineLanguageModel
 from om_lib.work import Job
 from tests.fakes.scripted_model import ScriptedModel
 from tests.unit.test_engine import Harness, WordTokenizer, words

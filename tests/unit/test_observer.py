@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from om_lib.messages import Message
-from om_lib.observer import (
+from om_lib.prompts.observer import (
     ObserverTranscript,
     ParsedObservations,
     build_multi_thread_observer_request,

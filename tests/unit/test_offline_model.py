@@ -9,7 +9,13 @@ import pytest
 
 from om_lib.llm import Content, FunctionDeclaration, ModelRequest
 from om_lib.messages import Message
-from om_lib.offline_model import STARTUP_NOTICE, OfflineLanguageModel, condense, format_observation_date, make_title
+from om_lib.models.offline_model import (
+    STARTUP_NOTICE,
+    OfflineLanguageModel,
+    condense,
+    format_observation_date,
+    make_title,
+)
 from om_lib.ports import LanguageModel
 
 T0 = datetime(2025, 1, 1, 14, 30, tzinfo=UTC)
@@ -341,7 +347,7 @@ def test_higher_levels_are_shorter() -> None:
 def test_reflector_condenses_retrieval_groups_and_recall_still_reaches_every_message() -> None:
     # Retrieval mode: the Reflector sees groups as `## Group` sections; the older ones merge into one section naming
     # them all, the newest keeps its own, and the reconciled groups' ranges still cover every observed message
-    from om_lib import context as ctx
+    from om_lib.context import context as ctx
 
     groups = []
     for day in range(3):
@@ -464,14 +470,14 @@ TWENTY_FACTS = [
 
 
 def test_offline_actor_answers_20_stated_facts_from_the_observations_after_reflection() -> None:
-    from om_lib.adapters.memory_store import InMemoryStore
+    from om_lib.adapters.memory.store import InMemoryStore
     from om_lib.adapters.tiktoken_counter import get_tokenizer
     from om_lib.clock import ManualClock
     from om_lib.config import OMConfig
-    from om_lib.engine import MemoryEngine
-    from om_lib.model_router import ModelRouter
+    from om_lib.context.tokens import TokenCounter
+    from om_lib.engine.engine import MemoryEngine
+    from om_lib.models.model_router import ModelRouter
     from om_lib.service import MemoryService
-    from om_lib.tokens import TokenCounter
 
     # Given the offline model behind the engine, with thresholds small enough that observing and reflecting happen
     offline = OfflineLanguageModel()

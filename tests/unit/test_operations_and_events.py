@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from om_lib.adapters.eventbridge_events import EventBridgePublisher
-from om_lib.adapters.memory_events import InMemoryEventLog
+from om_lib.adapters.aws.eventbridge import EventBridgePublisher
+from om_lib.adapters.memory.events import InMemoryEventLog
 from om_lib.errors import BufferingDisabledError, ImportTooLargeError, ThreadNotFoundError
 from om_lib.events import MAX_OBSERVATIONS_BYTES, LifecycleEvent, lifecycle_events
 from om_lib.llm import CallUsage, InlineBlob, Usage
 from om_lib.messages import Message
-from om_lib.observation import attachment_observed
+from om_lib.observation.observation import attachment_observed
 from om_lib.parts import ObservationEnd, Status, StoredPart
 from om_lib.service import MemoryService
 from tests.unit.test_buffering import OBS, Harness, buffering_config, words

@@ -1,4 +1,5 @@
-"""The recall tool (om_lib/recall.py) over the in-memory store with a word-count tokenizer (spec §18.3, §25 L60-L64)."""
+"""The recall tool (om_lib/history/recall.py) over the in-memory store with a word-count tokenizer (spec §18.3, §25
+L60-L64)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,18 @@ from typing import Any
 
 import pytest
 
-from om_lib.adapters.memory_store import InMemoryStore
-from om_lib.chat import MAX_TOOL_ROUNDS
+from om_lib.adapters.memory.store import InMemoryStore
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
-from om_lib.engine import MemoryEngine
+from om_lib.context.tokens import TokenCounter
+from om_lib.conversation.chat import MAX_TOOL_ROUNDS
+from om_lib.engine.engine import MemoryEngine
 from om_lib.errors import InvalidInputError
+from om_lib.history.recall import RECALL_TOOL, RecallRequest, recall, recall_tool
 from om_lib.llm import FunctionCall, ModelRequest, ModelResponse
 from om_lib.messages import Message, ToolCallPart
-from om_lib.model_router import ModelRouter
-from om_lib.recall import RECALL_TOOL, RecallRequest, recall, recall_tool
+from om_lib.models.model_router import ModelRouter
 from om_lib.service import MemoryService
-from om_lib.tokens import TokenCounter
 
 RES, THREAD, OTHER = 'r1', 'th1', 'th2'
 T0 = datetime(2026, 3, 10, 9, 0, tzinfo=UTC)
@@ -420,7 +421,7 @@ def test_chat_stops_recall_rounds_after_the_limit_and_leaves_no_open_call() -> N
 
 
 def test_obscured_thread_ids_are_shown_and_resolved_back():
-    from om_lib.resource_scope import shown_thread_id
+    from om_lib.observation.resource_scope import shown_thread_id
     from tests.unit.test_engine import WordTokenizer
 
     store = InMemoryStore()

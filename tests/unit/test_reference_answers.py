@@ -1,5 +1,6 @@
 """The reference's own answer-shape tests, ported: what its parsers, degenerate check and compression ladder accept
-and refuse, run against ours (om_lib/observer.py, om_lib/reflector.py, om_lib/log_check.py, the engine).
+and refuse, run against ours (om_lib/prompts/observer.py, om_lib/prompts/reflector.py, om_lib/prompts/log_check.py,
+the engine).
 
 Each test is named after the reference test it follows (mastra-ai/mastra,
 `packages/memory/src/processors/observational-memory/__tests__/`: `observational-memory.test.ts`,
@@ -13,9 +14,9 @@ from datetime import timedelta
 
 import pytest
 
-from om_lib import observer as obs
 from om_lib.errors import ModelOutputError
-from om_lib.log_check import (
+from om_lib.prompts import observer as obs
+from om_lib.prompts.log_check import (
     NOTE_MOSTLY_PROSE,
     NOTE_NEWEST_DATE_MISSING,
     NOTE_REPEATED_ITEM,
@@ -24,7 +25,7 @@ from om_lib.log_check import (
     reflection_notes,
     reflection_problem,
 )
-from om_lib.reflector import (
+from om_lib.prompts.reflector import (
     InvalidReflectionError,
     LadderResult,
     ParsedReflection,
@@ -40,7 +41,7 @@ def parse_observer(text: str) -> obs.ParsedObservations:
 
 def parse_reflector(text: str) -> ParsedReflection:
     """The Reflector's parser as the engine runs it (the Observer's sanitizer and degenerate check)."""
-    from om_lib.reflector import parse_reflector_output
+    from om_lib.prompts.reflector import parse_reflector_output
 
     return parse_reflector_output(
         text, sanitize=obs.sanitize_observation_lines, is_degenerate=obs.detect_degenerate_repetition

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from om_lib.errors import ModelOutputError
-from om_lib.reflector import (
+from om_lib.prompts.reflector import (
     LadderResult,
     ReflectionNotSmallerError,
     RetryInfo,

@@ -6,7 +6,7 @@ import re
 
 from om_lib.errors import ModelRequestError
 from om_lib.llm import ModelRequest
-from om_lib.resource_scope import shown_thread_id
+from om_lib.observation.resource_scope import shown_thread_id
 from om_lib.work import CollectingWork
 from tests.fakes.scripted_model import ScriptedModel
 from tests.unit.test_engine import Harness, words
@@ -189,7 +189,7 @@ def observed_pair(h: Harness) -> None:
 
 
 def test_erasing_a_thread_removes_its_sections_from_the_shared_memory():
-    from om_lib.history import erase_thread_from_resource_memory
+    from om_lib.history.history import erase_thread_from_resource_memory
 
     h = harness(resource_config(message_tokens=10_000))
     observed_pair(h)
@@ -203,7 +203,7 @@ def test_erasing_a_thread_removes_its_sections_from_the_shared_memory():
 
 
 def test_deleting_observed_messages_drops_that_threads_sections_and_observes_the_rest_again():
-    from om_lib.history import forget_messages
+    from om_lib.history.history import forget_messages
 
     h = harness(resource_config(message_tokens=10_000))
     observed_pair(h)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from om_lib.resource_scope import (
+from om_lib.observation.resource_scope import (
     ThreadIdCodec,
     ThreadLoad,
     batch_threads,
@@ -115,7 +115,7 @@ def test_other_conversations_render_as_tagged_blocks():
 
 
 def test_removing_a_threads_sections_keeps_the_rest_and_no_dangling_boundary():
-    from om_lib.resource_scope import remove_thread_sections
+    from om_lib.observation.resource_scope import remove_thread_sections
 
     t1 = section('t1', 'Mar 3, 2025', '* (09:00) keep me')
     t2 = section('t2', 'Mar 3, 2025', '* (09:10) erase me')

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from om_lib.adapters.retry_after import retry_after_s
+from om_lib.adapters.models.retry_after import retry_after_s
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
-"""Semantic search (om_lib/semantic.py, om_lib/vectors.py): indexing, scope, recall's search mode, vectorSearchString,
-semantic recall context and erase, over the in-memory store and index with the hashing embedder (keywords only)."""
+"""Semantic search (om_lib/history/semantic.py, om_lib/vectors.py): indexing, scope, recall's search mode,
+vectorSearchString, semantic recall context and erase, over the in-memory store and index with the hashing embedder
+(keywords only)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,17 @@ from typing import Any
 
 import pytest
 
-from om_lib import history
 from om_lib import vectors as vec
-from om_lib.adapters.memory_store import InMemoryStore
-from om_lib.adapters.memory_vectors import InMemoryVectorIndex
+from om_lib.adapters.memory.store import InMemoryStore
+from om_lib.adapters.memory.vectors import InMemoryVectorIndex
 from om_lib.config import SemanticRecallSettings
-from om_lib.embedders import HashingEmbedder
+from om_lib.context.tokens import TokenCounter
 from om_lib.errors import InvalidInputError
+from om_lib.history import history
+from om_lib.history.recall import RecallRequest, recall, recall_tool, step_tools
+from om_lib.history.semantic import SemanticMemory, embed_job, embedding_text, format_recalled
 from om_lib.messages import Message
-from om_lib.recall import RecallRequest, recall, recall_tool, step_tools
-from om_lib.semantic import SemanticMemory, embed_job, embedding_text, format_recalled
-from om_lib.tokens import TokenCounter
+from om_lib.models.embedders import HashingEmbedder
 from om_lib.work import CollectingWork, Job
 
 RES, OTHER_RES = 'r1', 'r2'

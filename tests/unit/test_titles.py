@@ -1,4 +1,4 @@
-"""Thread titles: `generateTitle` (om_lib/titles.py, a background job after the first turn) and the Observer's
+"""Thread titles: `generateTitle` (om_lib/history/titles.py, a background job after the first turn) and the Observer's
 `observation.threadTitle` (engine), over the in-memory store and a scripted model."""
 
 from __future__ import annotations
@@ -6,16 +6,16 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from om_lib.adapters.memory_store import InMemoryStore
+from om_lib.adapters.memory.store import InMemoryStore
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig
-from om_lib.engine import MemoryEngine
+from om_lib.context.tokens import TokenCounter
+from om_lib.engine.engine import MemoryEngine
 from om_lib.errors import ModelUnavailableError
+from om_lib.history.titles import clean_title, generate_title, title_job
 from om_lib.messages import Message
-from om_lib.model_router import ModelRouter
+from om_lib.models.model_router import ModelRouter
 from om_lib.service import MemoryService
-from om_lib.titles import clean_title, generate_title, title_job
-from om_lib.tokens import TokenCounter
 from om_lib.work import CollectingWork, Job
 from tests.fakes.scripted_model import ScriptedModel
 

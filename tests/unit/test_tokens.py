@@ -25,9 +25,7 @@ from om_lib.adapters.tiktoken_counter import (
     load_encoding,
     prepare_cache_dir,
 )
-from om_lib.messages import Message, TokenCounts
-from om_lib.ports import StringTokenizer
-from om_lib.tokens import (
+from om_lib.context.tokens import (
     TOKENS_PER_CONVERSATION,
     ModelContext,
     TokenCounter,
@@ -36,6 +34,8 @@ from om_lib.tokens import (
     format_tool_result,
     image_dimensions,
 )
+from om_lib.messages import Message, TokenCounts
+from om_lib.ports import StringTokenizer
 
 T0 = '2025-01-01T00:00:00Z'
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from functions.api.streaming import DONE, ChatStream, UiMessageStream, frame
-from om_lib.chat import ChatResult
+from om_lib.conversation.chat import ChatResult
 from om_lib.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from om_lib.parts import ActorFailed, CycleParts, Scheduled
 from om_lib.service import (

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote_plus
 
-from om_lib.adapters.memory_store import InMemoryStore
-from om_lib.adapters.s3_blobs import attachment_key, notified_key, parse_attachment_key
+from om_lib.adapters.aws.s3 import attachment_key, notified_key, parse_attachment_key
+from om_lib.adapters.memory.store import InMemoryStore
 from om_lib.uploads import Upload, incarnation, outlived_its_thread
 
 T0 = datetime(2026, 11, 28, 10, 15, 0, 123456, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""Working memory (om_lib/working_memory.py) and its tool in the chat service, over the in-memory store."""
+"""Working memory (om_lib/history/working_memory.py) and its tool in the chat service, over the in-memory store."""
 
 from __future__ import annotations
 
@@ -9,17 +9,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from om_lib.adapters.memory_store import InMemoryStore
+from om_lib.adapters.memory.store import InMemoryStore
 from om_lib.clock import ManualClock
 from om_lib.config import OMConfig, WorkingMemoryConfig
-from om_lib.engine import MemoryEngine
+from om_lib.context.tokens import TokenCounter
+from om_lib.engine.engine import MemoryEngine
 from om_lib.errors import ThreadNotFoundError
-from om_lib.llm import FunctionCall, ModelRequest, ModelResponse
-from om_lib.messages import Message
-from om_lib.model_router import ModelRouter
-from om_lib.service import MemoryService
-from om_lib.tokens import TokenCounter
-from om_lib.working_memory import (
+from om_lib.history.working_memory import (
     DEFAULT_TEMPLATE,
     MAX_WORKING_MEMORY_BYTES,
     TOOL_NAME,
@@ -29,6 +25,10 @@ from om_lib.working_memory import (
     WorkingMemoryTooLargeError,
     deep_merge,
 )
+from om_lib.llm import FunctionCall, ModelRequest, ModelResponse
+from om_lib.messages import Message
+from om_lib.models.model_router import ModelRouter
+from om_lib.service import MemoryService
 
 SCHEMA: dict[str, Any] = {
     'type': 'object',
