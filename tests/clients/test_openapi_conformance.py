@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -37,7 +38,7 @@ def every_call() -> list[Call[Any]]:
         calls.observe('t1', [Message.user('from elsewhere', created_at=NOW)], resource_id=None),
         calls.reflect('t1', resource_id=None),
         calls.buffer('t1', resource_id=None),
-        calls.messages('t1', resource_id=None, page=1, per_page=50),
+        calls.messages('t1', resource_id=None, page=1, per_page=50, direction='DESC'),
         calls.query_messages(
             't1',
             resource_id=None,
@@ -122,6 +123,30 @@ def test_every_route_the_client_calls_is_served(served: dict[str, Any]) -> None:
 
     # Routes of the contract the server does not serve yet may be missing; nothing else may.
     assert set(missing) <= NOT_YET_SERVED_OK, missing
+
+
+TYPESCRIPT_SOURCES = Path(__file__).resolve().parents[2] / 'clients' / 'typescript' / 'src'
+# A route the TypeScript client calls through openapi-fetch: `this.api.POST('/threads/{threadId}/steps', ...)`.
+TYPESCRIPT_CALL = re.compile(r"this\.api\.(GET|POST|PUT|PATCH|DELETE)\('([^']+)'")
+# The TypeScript client streams the chat through `POST …/chat` with `Accept: text/event-stream`, the route's other
+# form, rather than the sibling route (both are served; docs/streaming.md).
+TYPESCRIPT_STREAMS_THROUGH_CHAT = frozenset({('POST', '/threads/{threadId}/chat/stream')})
+
+
+def test_every_served_route_has_a_method_in_both_clients(served: dict[str, Any]) -> None:
+    methods = {'GET', 'POST', 'PUT', 'PATCH', 'DELETE'}
+    routes = {
+        (m.upper(), path) for path, operations in served['paths'].items() for m in operations if m.upper() in methods
+    }
+    typescript = {
+        (method, path)
+        for source in TYPESCRIPT_SOURCES.rglob('*.ts')
+        if 'generated' not in source.parts
+        for method, path in TYPESCRIPT_CALL.findall(source.read_text(encoding='utf-8'))
+    }
+
+    assert routes - set(ROUTES) == set(), 'served routes the Python client has no method for'
+    assert routes - typescript - TYPESCRIPT_STREAMS_THROUGH_CHAT == set(), 'served routes the TypeScript client lacks'
 
 
 @pytest.mark.parametrize('call', every_call(), ids=lambda c: f'{c.method} {c.path}')
