@@ -6,5 +6,6 @@
 - `rooms`: what the step runner and the job runner both work over.
 - `actor_context`: what the Actor sees for one step (memory system message, reminders, visible messages, status).
 
-May import: `om_lib.history` and everything below it. Only `om_lib.conversation` and `om_lib.service` import it.
+May import: `om_lib.history` and everything below it. Imported by `om_lib.conversation`, `om_lib.service` and the
+composition root that builds a `MemoryEngine` (`functions._wiring`); never by a handler, route or CLI command.
 """

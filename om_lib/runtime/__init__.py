@@ -5,5 +5,6 @@
 - `record_writer`: the one writer of OM records (creation, optimistic versions, leases, new generations). Every write
   of a record goes through it.
 
-May import: `om_lib.config`, `om_lib.models`, `om_lib.context` and the shared modules.
+May import: the layers below it (`om_lib.config`, `om_lib.prompts`, `om_lib.context`, `om_lib.models`) and the shared
+modules; it uses config, models and context today.
 """

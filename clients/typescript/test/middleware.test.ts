@@ -96,21 +96,31 @@ test("each step names the wrapped model as the Actor's (provider/modelId), or th
   const generate = { content: [], finishReason: finishReason('stop'), usage: USAGE, warnings: [] };
   const model = await mockModel({ provider: 'openai.chat', modelId: 'gpt-4o-mini', doGenerate: generate });
   const other = await mockModel({ provider: 'anthropic.messages', modelId: 'claude-sonnet-4-5', doGenerate: generate });
+  const served = await mockModel({ provider: 'vllm.chat', modelId: '/models/llama 3', doGenerate: generate });
   const named = await mockModel({ modelId: 'x'.repeat(300), doGenerate: generate });
+  const unnamed = await mockModel({ modelId: '', doGenerate: generate });
   const { fetch, memory } = setup(stepAnswer([]));
   const given = setupWith({ actorModel: 'openai/gpt-5.5' }, stepAnswer([]));
 
-  await wrapLanguageModel({ model, middleware: memory }).doGenerate({ prompt: PROMPT });
-  await wrapLanguageModel({ model: other, middleware: memory }).doGenerate({ prompt: PROMPT });
-  await wrapLanguageModel({ model: named, middleware: memory }).doGenerate({ prompt: PROMPT });
+  for (const wrapped of [model, other, served, named, unnamed]) {
+    await wrapLanguageModel({ model: wrapped, middleware: memory }).doGenerate({ prompt: PROMPT });
+  }
   await wrapLanguageModel({ model, middleware: given.memory }).doGenerate({ prompt: PROMPT });
 
   assert.deepEqual(
     (fetch.bodies() as { actorModel?: string }[]).map((b) => b.actorModel),
-    // A name past the route's 200 characters is left out: every step would be refused.
-    ['openai.chat/gpt-4o-mini', 'anthropic.messages/claude-sonnet-4-5', undefined],
+    // A model served from a path loses its leading slash and spaces; a name the route would refuse (past 200
+    // characters, or no model id) is left out, since every step would be refused.
+    [
+      'openai.chat/gpt-4o-mini',
+      'anthropic.messages/claude-sonnet-4-5',
+      'vllm.chat/models/llama-3',
+      undefined,
+      undefined,
+    ],
   );
   assert.equal((given.fetch.bodies()[0] as { actorModel?: string }).actorModel, 'openai/gpt-5.5');
+  assert.throws(() => setupWith({ actorModel: 'gpt 4o' }, stepAnswer([])), /actorModel must be `provider\/model`/);
 });
 
 test('a call retried with the same prompt re-sends the same message ids', async () => {

@@ -128,20 +128,34 @@ function stepNumberOf(prompt: ModelPrompt): number {
   return roles.slice(roles.lastIndexOf('user') + 1).filter((role) => role === 'assistant').length;
 }
 
-/** The longest `actorModel` the step route takes. */
-const ACTOR_MODEL_MAX = 200;
+/** What the step route takes as `actorModel`: `provider/model`, no whitespace, 3 to 200 characters (the server's
+ * pattern; JavaScript's `\w` is ASCII-only, so this may leave out a name the server would take, never the reverse). */
+const ACTOR_MODEL = /^[A-Za-z0-9][\w.:@-]*\/[^\s/]\S*$/;
+
+/** Whether the step route takes `name` as `actorModel`. */
+export function isActorModelName(name: string): boolean {
+  return name.length >= 3 && name.length <= 200 && ACTOR_MODEL.test(name);
+}
 
 /** The model a call runs as the server names models: the AI SDK's provider (`openai.chat`: the server compares a
- * provider by its part before the first `.`) and model id. A name past the route's limit is left out rather than
- * failing every step: memory then treats the model as unknown (no change noticed, the default idle time). */
+ * provider by its part before the first `.`) and model id, without leading slashes or whitespace (a vLLM model served
+ * from `/models/llama-3`). A name the route would still refuse is left out rather than failing every step: memory
+ * then treats the model as unknown (no change noticed, the default idle time). */
 function actorModelOf(model: { provider: string; modelId: string }, given: string | undefined): string | undefined {
-  const name = given ?? `${model.provider}/${model.modelId}`;
-  return name.length <= ACTOR_MODEL_MAX ? name : undefined;
+  if (given !== undefined) return given; // checked when the middleware was made
+  const name = `${model.provider}/${model.modelId.trim().replace(/^\/+/, '').replace(/\s+/g, '-')}`;
+  return isActorModelName(name) ? name : undefined;
 }
 
 /** The observational memory middleware. */
 export function observationalMemory(options: ObservationalMemoryOptions): ObservationalMemory {
   const { client } = options;
+  if (options.actorModel !== undefined && !isActorModelName(options.actorModel)) {
+    throw new TypeError(
+      `actorModel must be \`provider/model\` without spaces, 3 to 200 characters (e.g. 'openai/gpt-4o-mini'), ` +
+        `not ${JSON.stringify(options.actorModel.slice(0, 80))}`,
+    );
+  }
   // Ids are made once per prompt message: the AI SDK retries a failed call with the same message objects.
   const ids = new WeakMap<object, string>();
   const calls = new WeakMap<object, CallState>();
