@@ -58,7 +58,10 @@ class ThreadNotFoundError(NotFoundError):
     code = 'thread_not_found'
 
     def __init__(self, thread_id: str) -> None:
-        super().__init__(f'thread {thread_id!r} was not found for this resourceId')
+        super().__init__(
+            f'thread {thread_id!r} was not found for this resourceId: check both ids, or create the thread first '
+            '(POST /threads, or a step, turn or chat to it)'
+        )
         self.thread_id = thread_id
 
 

@@ -511,7 +511,9 @@ export interface components {
         };
         /**
          * AttachmentOut
-         * @description A presigned S3 upload: PUT the bytes to `uploadUrl` (with the declared Content-Type), then use `url`.
+         * @description A presigned S3 upload: PUT exactly the declared bytes to `uploadUrl` with the declared Content-Type, then use
+         *     `url` in a part. When the URL's `X-Amz-SignedHeaders` include `x-amz-server-side-encryption` (the local stack; a
+         *     deployed bucket encrypts with its own key and signs none), send `x-amz-server-side-encryption: AES256` too.
          */
         AttachmentOut: {
             /** Url */
