@@ -371,7 +371,8 @@ def test_a_pinned_title_survives_a_buffered_chunks_title(api: Api) -> None:
 def test_imported_history_goes_with_a_clone_of_a_thread_without_observed_messages(api: Api) -> None:
     thread = 'imp3'
     assert api.post('/threads', {'resourceId': 'r1', 'id': thread})[0] == 201
-    assert operation(api, thread, 'observe', messages=imported(T0 - timedelta(days=3), 'clone test'))['status'] == 'done'
+    history = imported(T0 - timedelta(days=3), 'clone test')
+    assert operation(api, thread, 'observe', messages=history)['status'] == 'done'
     status, source = api.get(f'/threads/{thread}/memory?resourceId=r1')
     assert status == 200 and 'User talked about the trip' in source['observations']
     # A thread with no messages at all
@@ -388,6 +389,4 @@ def test_imported_history_goes_with_a_clone_of_a_thread_without_observed_message
     status, listed = api.get('/threads/imp3d/messages?resourceId=r1')
     assert [m['omStatus'] for m in listed['messages']] == ['unobserved']
     # The clone knows the import: the same history sent to it again is observed once
-    assert operation(api, 'imp3d', 'observe', messages=imported(T0 - timedelta(days=3), 'clone test'))[
-        'status'
-    ] == 'nothing_to_do'
+    assert operation(api, 'imp3d', 'observe', messages=history)['status'] == 'nothing_to_do'
