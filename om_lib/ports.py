@@ -47,6 +47,8 @@ class LanguageModel(Protocol):
     def generate(self, model_id: str, request: ModelRequest, *, timeout_s: float) -> ModelResponse:
         """Run one generation with `model_id` (the part after `provider/`).
 
+        The answer's `model` is `model_id` when that model answered; a provider that answers in another model's
+        place (the offline stand-in) names itself instead (`offline/…`), so usage says which model really ran.
         Not idempotent (each call is a new generation). Must return within `timeout_s` seconds, its own retries
         included. Raises ModelUnavailableError (transient: 408/429/5xx, timeouts, network), ModelRequestError
         (permanent: 4xx), or ModelOutputError (empty, blocked or unusable answer).

@@ -192,6 +192,12 @@ class OMRecord(_Model):
         """The last observed `seq` of a thread (0 when nothing was observed)."""
         return self.cursors.get(thread_id, 0)
 
+    def observed_thread_ids(self) -> set[str]:
+        """Every thread whose observations this memory holds: those with a cursor, and those with only imported history
+        (an import moves no cursor; its group names the thread). In resource scope each has its `<thread id>` sections.
+        """
+        return {*self.cursors, *(g.thread_id for g in self.groups)}
+
 
 # A staged (buffered) reflection's fields, cleared together whenever it is activated, dropped or made stale:
 # `record.model_copy(update={**NO_STAGED_REFLECTION, ...})` or `writer.next_generation(..., **NO_STAGED_REFLECTION)`.

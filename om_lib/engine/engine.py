@@ -357,10 +357,10 @@ class MemoryEngine:
 
     def _with_real_thread_ids(self, record: OMRecord) -> str:
         """The record's observations as readers see them: in resource scope the `<thread id>` sections name the real
-        thread ids, not the obscured ids the Observer was shown (every thread with a section has a cursor)."""
+        thread ids, not the obscured ids the Observer was shown."""
         if record.scope != 'resource' or not self.settings.obscure_thread_ids:
             return record.active_observations
-        return reveal_thread_ids(record.active_observations, record.resource_id, record.cursors)
+        return reveal_thread_ids(record.active_observations, record.resource_id, record.observed_thread_ids())
 
 
 def generation_trigger(record: OMRecord) -> str:

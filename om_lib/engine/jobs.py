@@ -143,7 +143,7 @@ class Jobs(MemoryRooms):
         parts = CycleParts()
         if not kept:
             return rt.writer.get_or_create(rt.settings.scope, resource_id, thread_id), parts
-        backlog = Backlog(thread_id, tuple(kept), rt.counter.count_messages(kept), import_id=import_id(thread_id, kept))
+        backlog = Backlog(thread_id, tuple(kept), rt.counter.count_messages(kept), import_id=import_id(kept))
         cap = rt.settings.max_message_threshold()
         if backlog.tokens > cap:
             raise ImportTooLargeError(
@@ -298,10 +298,11 @@ def _workflow_in_process(job: Job) -> bool:
     return job.kind == 'reflect' and job.reason == 'buffer'
 
 
-def import_id(thread_id: str, messages: Sequence[Message]) -> str:
-    """The import group id of these messages in this thread: the same messages (role, content and date, whatever
-    their ids) make the same id."""
-    digest = hashlib.sha256(thread_id.encode())
+def import_id(messages: Sequence[Message]) -> str:
+    """The import group id of these messages: the same messages (role, content and date, whatever their ids) make the
+    same id. It names no thread: the group's thread says whose import it is, so a clone that carried it (under its own
+    thread) recognises the same history sent to it again."""
+    digest = hashlib.sha256()
     for message in messages:
         digest.update(f'\x00{message.role}\x00{message.content_hash()}\x00{iso(message.created_at)}'.encode())
     return f'import-{digest.hexdigest()[:24]}'

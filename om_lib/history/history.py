@@ -6,7 +6,8 @@ Deleting messages also removes what was derived from them, from every holder of 
 which holders there are and the rules for each.
 
 Cloning carries the source's observations only when every observed group of the source lies inside the copied
-messages: without per-group text the log cannot be cut to a part of the history.
+messages: without per-group text the log cannot be cut to a part of the history. Imported history names no message of
+the thread: it goes with the log, also when the source has no observed message.
 """
 
 from __future__ import annotations
@@ -333,15 +334,28 @@ def _carried_observations(
     clone_id: str,
     make_id: Callable[[], str],
 ) -> tuple[tuple[ObservationGroup, ...], int] | None:
-    """The clone's groups and cursor when the source's observations can be carried over whole, else None."""
-    if record is None or not record.active_observations.strip() or not chosen:
+    """The clone's groups and cursor when the source's observations can be carried over whole, else None.
+
+    Whole means: every message the source observed was copied and every observed group maps onto the copies. Imported
+    history names no message of the thread, so it never stands in the way (a source with only imports, and no
+    message observed, is carried with the copies unobserved).
+    """
+    if record is None or not record.active_observations.strip():
         return None
     # Imported history's groups name no message of the thread: they go with the log as they are.
     imports = [g.model_copy(update={'thread_id': clone_id}) for g in record.groups if g.kind == 'import']
     groups = [g for g in record.groups if g.thread_id == thread_id and g.kind != 'import']
-    if not groups or len(groups) + len(imports) != len(record.groups):
+    if len(groups) + len(imports) != len(record.groups):
         return None
     copied = {m.seq for m in chosen}
+    # Messages observed before the first group's range (or between groups) but not copied are not covered below.
+    observed = [m.seq for m in source_messages if (m.seq or 0) <= record.cursor(thread_id)]
+    if any(seq not in copied for seq in observed):
+        return None
+    if not groups:
+        # Only imported history, no message of the thread observed (none at all, or none yet): the log is the
+        # imports', whole, and the copies start unobserved. Observations without any group cannot be placed.
+        return (tuple(imports), 0) if imports and not observed else None
     clone_of = {src.seq: copy for src, copy in zip(chosen, stored, strict=True)}
     out: list[ObservationGroup] = list(imports)
     cursor = 0
@@ -363,10 +377,6 @@ def _carried_observations(
             )
         )
         cursor = max(cursor, last.seq or 0)
-    # Messages observed before the first group's range (or between groups) but not copied are not covered above.
-    observed = [m.seq for m in source_messages if (m.seq or 0) <= record.cursor(thread_id)]
-    if any(seq not in copied for seq in observed):
-        return None
     return tuple(out), cursor
 
 

@@ -203,7 +203,7 @@ class ModelRouter:
                 stream hands it on whole when it is done). Must not raise.
 
         Returns:
-            The answer, with `.model` set to the `provider/model_id` that produced it.
+            The answer, with `.model` set to the `provider/model_id` that produced it (`answered_by`).
 
         Raises:
             ModelRoutingError: `input_tokens` exceeds the largest `ModelByInputTokens` tier.
@@ -292,11 +292,20 @@ class ModelRouter:
                 raise
             else:
                 self.breakers.succeeded(ref.name)
-                return replace(response, model=ref.name)
+                return replace(response, model=answered_by(ref, response))
 
     def _backoff(self, retry_index: int) -> float:
         base = min(self._backoff_base_s * (2**retry_index), self._backoff_cap_s)
         return float(base * self._rng.uniform(1 - self._jitter, 1 + self._jitter))
+
+
+def answered_by(ref: ModelRef, response: ModelResponse) -> str:
+    """The `provider/model` name of the model that answered `ref`'s call: `ref`'s own name when the provider answered
+    as the model asked for (it echoes the id), else the name the provider gave itself (a stand-in: the offline model
+    answering for a provider without credentials reports `offline/…`). Usage and lifecycle events carry it."""
+    if response.model in ('', ref.model_id, ref.name):
+        return ref.name
+    return response.model
 
 
 def _call(

@@ -226,17 +226,6 @@ class ObservationBuffering:
         if committed is None or not done:
             return rt.writer.fresh(record), thread, False
         act = done[0]
-        # Continuation hints survive activation: the last activated chunk's, else the thread keeps its own.
-        thread = update_thread_hints(
-            rt,
-            thread,
-            current_task=act.current_task,
-            suggested_response=act.suggested_response,
-            title=act.thread_title,
-            cycle_id=act.activated[-1].cycle_id,
-            parts=CycleParts(),  # activation answers with activation parts; a title change is in the thread
-            replace_hints=False,
-        )
         now = rt.clock.now()
         for chunk in act.activated:
             parts.add(
@@ -256,6 +245,19 @@ class ObservationBuffering:
                     **(trigger.part_fields() if trigger is not None else {}),  # type: ignore[arg-type]
                 )
             )
+        # Continuation hints survive activation: the last activated chunk's, else the thread keeps its own. A title
+        # the chunk proposed is applied here, not when it was buffered: the rename is this activation's to report
+        # (only the writer that activated the chunk gets here, so it is reported once).
+        thread = update_thread_hints(
+            rt,
+            thread,
+            current_task=act.current_task,
+            suggested_response=act.suggested_response,
+            title=act.thread_title,
+            cycle_id=act.activated[-1].cycle_id,
+            parts=parts,
+            replace_hints=False,
+        )
         return committed, thread, True
 
     # -- the worker -------------------------------------------------------------------------------------------------

@@ -121,8 +121,10 @@ class ThreadFailure:
 
 
 def imported(backlog: Backlog, record: OMRecord) -> bool:
-    """Has this import been observed into `record` already (its group is there)?"""
-    return backlog.import_id is not None and any(g.id == backlog.import_id for g in record.groups)
+    """Has this import been observed into `record` already (its group is there, for this thread)?"""
+    return backlog.import_id is not None and any(
+        g.kind == 'import' and g.id == backlog.import_id and g.thread_id == backlog.thread_id for g in record.groups
+    )
 
 
 def still_needed(backlog: Backlog, record: OMRecord) -> bool:

@@ -205,7 +205,8 @@ def archived_groups(
     plan: ArchivePlan, record: OMRecord, count: Count, now: datetime, *, thread_id: str | None
 ) -> tuple[ArchivedGroup, ...]:
     """The plan's pieces as archive entries: each with its thread (the real id, in resource scope) and messages."""
-    real_ids = {rs.shown_thread_id(record.resource_id, t): t for t in record.cursors} | {t: t for t in record.cursors}
+    threads = record.observed_thread_ids()
+    real_ids = {rs.shown_thread_id(record.resource_id, t): t for t in threads} | {t: t for t in threads}
     out: list[ArchivedGroup] = []
     numbered = len(record.archived)
     for piece in plan.pieces:

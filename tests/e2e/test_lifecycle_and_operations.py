@@ -323,3 +323,70 @@ def test_an_attachment_outside_the_allow_list_is_not_sent_to_the_observer(api: A
     # Kept, and shown to the Actor: both images are still the message's.
     status, listed = api.get(f'/threads/{thread}/messages?resourceId=r1')
     assert [p['type'] for p in listed['messages'][0]['parts']] == ['text', 'image', 'image']
+
+
+# -- a title the Observer proposed in the background ------------------------------------------------------------------
+def thread_updates(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p['data'] for p in parts if p['type'] == 'data-om-thread-update']
+
+
+def test_a_title_from_a_buffered_chunk_is_reported_once_where_it_is_applied(api: Api) -> None:
+    thread = 'bt'
+    seen = len(events(api))
+    turn(
+        api,
+        thread,
+        message('user', 'Can you help me learn Spanish verbs?'),
+        message('assistant', 'Of course: start with the regular -ar verbs like hablar.'),
+    )
+    buffered = operation(api, thread, 'buffer')
+    assert kinds(buffered['parts']) == ['data-om-buffering-start', 'data-om-buffering-end']
+    assert api.get(f'/threads/{thread}?resourceId=r1')[1]['thread']['title'] is None  # a chunk's title waits
+    observed = operation(api, thread, 'observe')
+    assert 'data-om-activation' in kinds(observed['parts'])
+    # Activation applied the chunk's title: its answer says so, once, like a synchronous observation's
+    (update,) = thread_updates(observed['parts'])
+    assert (update.get('oldTitle'), update['newTitle'], update['threadId']) == (None, 'Observer title', thread)
+    assert api.get(f'/threads/{thread}?resourceId=r1')[1]['thread']['title'] == 'Observer title'
+    published = [e for e in events(api, seen) if e['detail']['threadId'] == thread]
+    renames = [e['detail'] for e in published if e['detailType'] == 'data-om-thread-update']
+    assert [(r.get('oldTitle'), r['newTitle']) for r in renames] == [(None, 'Observer title')]
+    # Told once: the next step does not repeat it
+    assert thread_updates(step(api, thread, message('user', 'What about -er verbs?'))['parts']) == []
+
+
+def test_a_pinned_title_survives_a_buffered_chunks_title(api: Api) -> None:
+    thread = 'bt-pinned'
+    assert api.post('/threads', {'resourceId': 'r1', 'id': thread, 'title': 'Verbs'})[0] == 201
+    status, body = api.request('PATCH', f'/threads/{thread}', {'resourceId': 'r1', 'title': 'Verbs'})
+    assert status == 200 and body['thread']['titlePinned'] is True
+    turn(api, thread, message('user', 'Help me with French verbs.'), message('assistant', 'Sure: être and avoir.'))
+    assert operation(api, thread, 'buffer')['status'] == 'done'
+    observed = operation(api, thread, 'observe')
+    assert 'data-om-activation' in kinds(observed['parts']) and thread_updates(observed['parts']) == []
+    assert api.get(f'/threads/{thread}?resourceId=r1')[1]['thread']['title'] == 'Verbs'
+
+
+# -- imported history goes with a clone -------------------------------------------------------------------------------
+def test_imported_history_goes_with_a_clone_of_a_thread_without_observed_messages(api: Api) -> None:
+    thread = 'imp3'
+    assert api.post('/threads', {'resourceId': 'r1', 'id': thread})[0] == 201
+    history = imported(T0 - timedelta(days=3), 'clone test')
+    assert operation(api, thread, 'observe', messages=history)['status'] == 'done'
+    status, source = api.get(f'/threads/{thread}/memory?resourceId=r1')
+    assert status == 200 and 'User talked about the trip' in source['observations']
+    # A thread with no messages at all
+    status, _ = api.post(f'/threads/{thread}/clone', {'resourceId': 'r1', 'newThreadId': 'imp3c'})
+    assert status == 201
+    status, clone = api.get('/threads/imp3c/memory?resourceId=r1')
+    assert status == 200 and clone['observations'] == source['observations']
+    # A thread whose messages are not observed yet: they are copied unobserved, the import goes with them
+    step(api, thread, message('user', 'Not observed yet.'))
+    status, _ = api.post(f'/threads/{thread}/clone', {'resourceId': 'r1', 'newThreadId': 'imp3d'})
+    assert status == 201
+    status, clone = api.get('/threads/imp3d/memory?resourceId=r1')
+    assert status == 200 and clone['observations'] == source['observations']
+    status, listed = api.get('/threads/imp3d/messages?resourceId=r1')
+    assert [m['omStatus'] for m in listed['messages']] == ['unobserved']
+    # The clone knows the import: the same history sent to it again is observed once
+    assert operation(api, 'imp3d', 'observe', messages=history)['status'] == 'nothing_to_do'

@@ -115,3 +115,22 @@ def test_a_quiet_thread_below_the_threshold_is_observed_by_the_worker(api, stack
         MessageDeduplicationId=uuid.uuid4().hex,
     )
     wait_for(lambda: 'peanuts' in memory(api, 'dave', 'dave-quiet')['observations'], timeout=30, interval=0.5)
+
+
+def test_imported_history_is_shown_under_its_real_thread_id_like_observed_messages(api):
+    # Given Erin's memory holds a thread she talked in and a thread that only has history imported from elsewhere
+    step(api, 'erin', 'erin-talk', 'I keep bees on my roof ' + filler('hive', 10))
+    assert api.post('/threads/erin-talk/memory/observe', {'resourceId': 'erin'})[1]['status'] == 'done'
+    assert api.post('/threads', {'resourceId': 'erin', 'id': 'erin-imported'})[0] == 201
+    history = [
+        {'role': 'user', 'content': 'I play the cello in a quartet.', 'createdAt': '2025-03-03T09:00:00Z'},
+        {'role': 'assistant', 'content': 'Lovely.', 'createdAt': '2025-03-03T09:01:00Z'},
+    ]
+    status, done = api.post('/threads/erin-imported/memory/observe', {'resourceId': 'erin', 'messages': history})
+    assert status == 200 and done['status'] == 'done', done
+    # Then the log names both threads by their real ids, as docs/api.md says
+    observations = memory(api, 'erin', 'erin-imported')['observations']
+    assert re.findall(r'<thread id="([^"]+)">', observations) == ['erin-talk', 'erin-imported'], observations
+    assert 'User said: I play the cello' in observations
+    status, generations = api.get('/threads/erin-talk/memory/generations?resourceId=erin')
+    assert status == 200 and '<thread id="erin-imported">' in generations['generations'][0]['observations']

@@ -55,4 +55,5 @@ class ScriptedModel:
         # A usage a provider would report: about four characters a token (lifecycle events carry it).
         prompt = sum(len(p) for c in request.contents for p in c.parts if isinstance(p, str)) + len(request.system)
         usage = Usage(input_tokens=prompt // 4 + 1, output_tokens=len(text) // 4 + 1)
-        return ModelResponse(text=text, model=f'scripted/{model_id}', usage=usage)
+        # It answers as the model asked for, as a provider's adapter does (`offline/…` would say a stand-in ran).
+        return ModelResponse(text=text, model=model_id, usage=usage)

@@ -17,10 +17,11 @@ from om_lib.history.forgetting import archive_without
 from om_lib.history.history import forget_messages
 from om_lib.history.recall import RecallRequest, recall
 from om_lib.observation import buffering as buf
+from om_lib.observation.resource_scope import shown_thread_id
 from om_lib.parts import CycleParts
 from om_lib.prompts.reflector import merge_buffered_reflection
-from om_lib.records import ArchivedGroup, BufferedChunk, OMRecord
-from om_lib.reflection.archive import Archive, catalog_line, page_archive, plan_archive
+from om_lib.records import ArchivedGroup, BufferedChunk, ObservationGroup, OMRecord
+from om_lib.reflection.archive import Archive, archived_groups, catalog_line, page_archive, plan_archive
 from tests.unit.test_engine import Harness, words
 
 T0 = datetime(2026, 11, 28, 9, 0, tzinfo=UTC)
@@ -96,6 +97,34 @@ def test_resource_sections_move_whole() -> None:
     plan = plan_archive('\n'.join(sections), count, BOUND)
     assert plan is not None and [p.shown_thread for p in plan.pieces] == [f't{i}' for i in range(len(plan.pieces))]
     assert plan.retained.count('<thread') == plan.retained.count('</thread>')
+
+
+def test_an_archived_section_of_imported_history_names_its_real_thread() -> None:
+    # Thread t0's history was only imported (no cursor); the other threads were observed
+    sections = [
+        f'<thread id="{shown_thread_id("r1", f"t{i}")}">\nDate: Nov 28, 2026\n{fact(2 * i)}\n{fact(2 * i + 1)}\n'
+        '</thread>'
+        for i in range(8)
+    ]
+    imported = ObservationGroup(
+        id='import-x', thread_id='t0', start_id='a', end_id='b', start_seq=0, end_seq=0, created_at=T0, kind='import'
+    )
+    record = OMRecord(
+        id='rec',
+        key='resource:r1',
+        scope='resource',
+        resource_id='r1',
+        thread_id=None,
+        created_at=T0,
+        updated_at=T0,
+        active_observations='\n'.join(sections),
+        cursors={f't{i}': 2 for i in range(1, 8)},
+        groups=(imported,),
+    )
+    plan = plan_archive(record.active_observations, count, BOUND)
+    assert plan is not None
+    entries = archived_groups(plan, record, count, T0, thread_id=None)
+    assert [e.thread_id for e in entries] == [f't{i}' for i in range(len(entries))]
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -93,6 +93,25 @@ def test_model_router_retries_transient_error_then_succeeds() -> None:
     assert 1.6 <= clock.sleeps[1] <= 2.4
 
 
+def test_a_stand_in_provider_is_named_as_it_names_itself_not_as_the_model_it_stands_in_for() -> None:
+    # Given the offline model standing in for Google (a local run without a Gemini key)
+    from om_lib.models.offline_model import OfflineLanguageModel
+
+    clock = FakeClock()
+    router = ModelRouter({'google': OfflineLanguageModel()}, clock=clock, sleep=clock.sleep)
+    # When a role configured on google/gemini-2.5-flash calls it
+    response = router.generate(FLASH, REQUEST, input_tokens=10, deadline=clock.mono + 60)
+    # Then the answer (and every usage made from it) names the model that ran
+    assert response.model == 'offline/gemini-2.5-flash'
+    # while the offline model asked by name, and a real provider answering as asked, keep the configured name
+    offline = ModelRouter({'offline': OfflineLanguageModel()}, clock=clock, sleep=clock.sleep)
+    assert offline.generate(ModelRef('offline', ''), REQUEST, input_tokens=10, deadline=clock.mono + 60).model == (
+        'offline'
+    )
+    real, _ = make_router(clock, {'gemini-2.5-flash': ['ok']})
+    assert real.generate(FLASH, REQUEST, input_tokens=10, deadline=clock.mono + 60).model == 'google/gemini-2.5-flash'
+
+
 def test_model_router_gives_up_after_max_retries() -> None:
     clock = FakeClock()
     router, provider = make_router(clock, {'gemini-2.5-flash': [unavailable()] * 5}, default_max_retries=1)

@@ -214,7 +214,7 @@ class SlowModel:
             detail = ' '.join(f'detail{i}' for i in range(40))
             body = '\n'.join(f'* 🔴 (09:00) User said {mid} and gave details: {detail}' for mid in ids)
             text = f'<observations>\nDate: Jan 1, 2025\n{body}\n</observations>'
-        return ModelResponse(text=text, model=f'slow/{model_id}')
+        return ModelResponse(text=text, model=model_id)
 
 
 class BackgroundWork:
