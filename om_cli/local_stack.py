@@ -384,6 +384,9 @@ def api_gateway_event(
 # hold a worker thread): the request line and headers (idle time of a kept-alive connection included), and the body.
 HEADER_TIMEOUT_S = 10.0
 BODY_TIMEOUT_S = 30.0
+# The largest body of a refused request the server reads and drops so that its client can read the refusal; past it,
+# the connection is closed at once (the client may see a reset instead of the answer).
+DISCARD_MAX_BYTES = 64 * 1024 * 1024
 
 
 class _Watchdog:
@@ -434,9 +437,10 @@ class _Watchdog:
 class _RequestRefused(Exception):
     """A request answered by the server itself, in the error shape, before the function sees it."""
 
-    def __init__(self, answer: dict[str, Any]) -> None:
+    def __init__(self, answer: dict[str, Any], unread: int | None = None) -> None:
         super().__init__(answer.get('body'))
         self.answer = answer  # a proxy result, as the function would return it
+        self.unread = unread  # the declared length of a body not read, which the server discards after answering
 
 
 def _refusal(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> _RequestRefused:
@@ -477,6 +481,8 @@ def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
             except _RequestRefused as refused:
                 self.close_connection = True  # the body (if any) was not read: the connection cannot be reused
                 self._answer_itself(refused.answer)
+                if refused.unread:
+                    self._discard(refused.unread)
                 logger.info('%s %s %s (refused)', self.command, self.path, refused.answer['statusCode'])
                 return
             event = api_gateway_event(
@@ -522,29 +528,67 @@ def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
             as Host. Only the names this server was reached by (or was told of) are served."""
             host = (self.headers.get('Host') or '').strip().lower()
             if host not in stack.allowed_hosts():
-                raise _refusal(421, 'host_not_allowed', stack.host_refusal(host))
+                refused = _refusal(421, 'host_not_allowed', stack.host_refusal(host))
+                with suppress(_RequestRefused):
+                    refused.unread = self._content_length()
+                raise refused
 
-        def _read_body(self) -> bytes:
-            """The body, read within BODY_TIMEOUT_S; refusals for a length that is not a number or too large."""
-            from functions.api.edge import too_large_body
-            from functions.api.limits import MAX_BODY_BYTES
-
+        def _content_length(self) -> int | None:
+            """The body's declared length (None: no body); the refusal of a chunked body or a malformed length."""
             if self.headers.get('Transfer-Encoding'):
                 raise _refusal(
                     411, 'length_required', 'send the body with a Content-Length header (chunked bodies are not taken)'
                 )
             lengths = self.headers.get_all('Content-Length') or []
             if not lengths:
-                return b''
+                return None
             if len(set(lengths)) != 1 or not lengths[0].strip().isdigit() or not lengths[0].strip().isascii():
                 shown = ', '.join(lengths)[:40]
                 raise _refusal(
                     400, 'invalid_content_length', f'Content-Length must be one number of bytes, not {shown!r}'
                 )
-            length = int(lengths[0])
+            return int(lengths[0])
+
+        def handle_expect_100(self) -> bool:
+            # A client that asks before sending its body (`Expect: 100-continue`, as curl does for large ones) is not
+            # asked for a body that will be refused: it gets the refusal instead of `100 Continue`.
+            from functions.api.limits import MAX_BODY_BYTES
+
+            with suppress(_RequestRefused):
+                length = self._content_length()
+                host = (self.headers.get('Host') or '').strip().lower()
+                if (length or 0) > MAX_BODY_BYTES or host not in stack.allowed_hosts():
+                    return True
+            return super().handle_expect_100()
+
+        def _discard(self, length: int) -> None:
+            """Read and drop the body of a refused request (at most DISCARD_MAX_BYTES, within BODY_TIMEOUT_S). Most
+            clients send the whole body before reading the answer; closing with their data unread resets the
+            connection, which can lose the answer on its way (they would see a broken pipe instead of the 413)."""
+            if length > DISCARD_MAX_BYTES:
+                return
+            deadline = time.monotonic() + BODY_TIMEOUT_S
+            with suppress(OSError):
+                while length > 0 and (remaining := deadline - time.monotonic()) > 0:
+                    self.connection.settimeout(remaining)
+                    chunk = self.rfile.read1(min(length, 1 << 16))
+                    if not chunk:
+                        break
+                    length -= len(chunk)
+            with suppress(OSError):
+                self.connection.settimeout(self.timeout)
+
+        def _read_body(self) -> bytes:
+            """The body, read within BODY_TIMEOUT_S; refusals for a length that is not a number or too large."""
+            from functions.api.edge import too_large_body
+            from functions.api.limits import MAX_BODY_BYTES
+
+            length = self._content_length()
+            if not length:
+                return b''
             if length > MAX_BODY_BYTES:
                 # The function would refuse it (edge.py checks the body first): the same answer, before it is read.
-                raise _RequestRefused(too_large_body())
+                raise _RequestRefused(too_large_body(), unread=length)
             deadline = time.monotonic() + BODY_TIMEOUT_S
             chunks: list[bytes] = []
             left = length

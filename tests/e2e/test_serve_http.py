@@ -148,6 +148,17 @@ def test_a_body_over_the_api_limit_is_refused_before_it_is_read(stack: LocalStac
         assert status == 413, (length, body)
         assert_api_headers(headers)
         assert json.loads(body) == expected
+    # A client that sends the whole body before reading (most do) still reads the 413: the server drops the body
+    # instead of closing on it (which resets the connection); one that asks first (`Expect: 100-continue`, as curl
+    # does) gets the 413 instead of `100 Continue` and never sends it
+    head = f'POST /threads HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n'
+    big = b'x' * (MAX_BODY_BYTES + 1)
+    status, headers, body = exchange(stack, f'{head}Content-Length: {len(big)}\r\n\r\n'.encode() + big, timeout=30)
+    assert status == 413 and json.loads(body) == expected
+    status, headers, body = exchange(
+        stack, f'{head}Content-Length: {len(big)}\r\nExpect: 100-continue\r\n\r\n'.encode()
+    )
+    assert status == 413 and json.loads(body) == expected
     # At the limit, the body is read and handed to the function, which decides (here: not JSON)
     raw = f'POST /threads HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n'
     raw += f'Content-Length: {MAX_BODY_BYTES}\r\nConnection: close\r\n\r\n'
