@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import socket
 import threading
 import time
@@ -62,8 +63,6 @@ logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parent.parent
 ASL_PATH = ROOT / 'functions' / 'reflection' / 'state_machine.asl.json'
-# API Gateway refuses request bodies over 10 MB before the integration runs.
-MAX_REQUEST_BYTES = 10 * 1024 * 1024
 FAKE_CREDENTIALS = {
     'AWS_ACCESS_KEY_ID': 'testing',
     'AWS_SECRET_ACCESS_KEY': 'testing',
@@ -326,11 +325,6 @@ def _reflection_task(event: dict[str, Any]) -> Any:
 # ---------------------------------------------------------------------------------------------------------------------
 # API Gateway (REST API, Lambda proxy integration)
 # ---------------------------------------------------------------------------------------------------------------------
-def error_body(code: str, message: str) -> bytes:
-    """The contract's error shape (CONTRACT §2), for the errors API Gateway itself answers."""
-    return json.dumps({'error': {'code': code, 'message': message, 'details': []}}).encode()
-
-
 def api_gateway_event(
     method: str, raw_path: str, headers: Mapping[str, list[str]], body: bytes, *, source_ip: str = '127.0.0.1'
 ) -> dict[str, Any]:
@@ -390,6 +384,9 @@ def api_gateway_event(
 # hold a worker thread): the request line and headers (idle time of a kept-alive connection included), and the body.
 HEADER_TIMEOUT_S = 10.0
 BODY_TIMEOUT_S = 30.0
+# The largest body of a refused request the server reads and drops so that its client can read the refusal; past it,
+# the connection is closed at once (the client may see a reset instead of the answer).
+DISCARD_MAX_BYTES = 64 * 1024 * 1024
 
 
 class _Watchdog:
@@ -440,10 +437,18 @@ class _Watchdog:
 class _RequestRefused(Exception):
     """A request answered by the server itself, in the error shape, before the function sees it."""
 
-    def __init__(self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-        self.headers = dict(headers or {})
+    def __init__(self, answer: dict[str, Any], unread: int | None = None) -> None:
+        super().__init__(answer.get('body'))
+        self.answer = answer  # a proxy result, as the function would return it
+        self.unread = unread  # the declared length of a body not read, which the server discards after answering
+
+
+def _refusal(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> _RequestRefused:
+    from functions.api.errors import proxy_error
+
+    answer = proxy_error(status, code, message)
+    answer['headers'].update(headers or {})
+    return _RequestRefused(answer)
 
 
 def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
@@ -475,17 +480,14 @@ def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
                 body = self._read_body()
             except _RequestRefused as refused:
                 self.close_connection = True  # the body (if any) was not read: the connection cannot be reused
-                self._send(
-                    refused.status,
-                    {'Content-Type': 'application/json', **refused.headers},
-                    error_body(refused.code, refused.message),
-                )
-                logger.info('%s %s %s (refused)', self.command, self.path, refused.status)
+                self._answer_itself(refused.answer)
+                if refused.unread:
+                    self._discard(refused.unread)
+                logger.info('%s %s %s (refused)', self.command, self.path, refused.answer['statusCode'])
                 return
-            headers: dict[str, list[str]] = {}
-            for name, value in self.headers.items():
-                headers.setdefault(name, []).append(value)
-            event = api_gateway_event(self.command, self.path, headers, body, source_ip=self.client_address[0])
+            event = api_gateway_event(
+                self.command, self.path, self._request_headers(), body, source_ip=self.client_address[0]
+            )
             context = LocalLambdaContext('api', timeout_s=29.0)
             pending = None
             try:
@@ -495,44 +497,98 @@ def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
                 status, out_headers, payload = _proxy_result(result)
             except Exception:  # noqa: BLE001 - API Gateway turns a function failure into a 502
                 logger.exception('the api handler failed')
-                status, out_headers = 502, {'Content-Type': 'application/json'}
-                payload = error_body('internal_error', 'the function failed; see the server log')
+                self._answer_itself(_refusal(502, 'internal_error', 'the function failed; see the server log').answer)
+                logger.info('%s %s 502 %d ms', self.command, self.path, (time.monotonic() - started) * 1000)
+                return
             if pending is not None:
                 self._stream(status, out_headers, pending)
             else:
                 self._send(status, out_headers, payload)
             logger.info('%s %s %s %d ms', self.command, self.path, status, (time.monotonic() - started) * 1000)
 
+        def _request_headers(self) -> dict[str, list[str]]:
+            """The request's headers, each name with its values in order (none before the headers were read)."""
+            headers: dict[str, list[str]] = {}
+            for name, value in (getattr(self, 'headers', None) or {}).items():
+                headers.setdefault(name, []).append(value)
+            return headers
+
+        def _answer_itself(self, answer: dict[str, Any]) -> None:
+            """Send an answer this server makes itself (a proxy result) with the headers the API function adds to
+            each of its answers (`edge.finish`: nosniff, and an allowed origin's CORS headers)."""
+            from functions.api import edge
+
+            headers = self._request_headers()
+            event = {'headers': {name: values[-1] for name, values in headers.items()}, 'multiValueHeaders': headers}
+            status, out_headers, payload = _proxy_result(edge.finish(event, answer))
+            self._send(status, out_headers, payload)
+
         def _check_host(self) -> None:
             """DNS rebinding: a page on another site that resolves its name to this machine still sends its own name
             as Host. Only the names this server was reached by (or was told of) are served."""
             host = (self.headers.get('Host') or '').strip().lower()
             if host not in stack.allowed_hosts():
-                shown = host[:100] or 'none'
-                raise _RequestRefused(
-                    421,
-                    'host_not_allowed',
-                    f'this server does not answer for Host {shown!r}; use {stack.url}, or start it with '
-                    f'`om serve --allowed-host {host.rsplit(":", 1)[0][:100] or "NAME"}` to serve that name too',
-                )
+                refused = _refusal(421, 'host_not_allowed', stack.host_refusal(host))
+                with suppress(_RequestRefused):
+                    refused.unread = self._content_length()
+                raise refused
 
-        def _read_body(self) -> bytes:
-            """The body, read within BODY_TIMEOUT_S; refusals for a length that is not a number or too large."""
+        def _content_length(self) -> int | None:
+            """The body's declared length (None: no body); the refusal of a chunked body or a malformed length."""
             if self.headers.get('Transfer-Encoding'):
-                raise _RequestRefused(
+                raise _refusal(
                     411, 'length_required', 'send the body with a Content-Length header (chunked bodies are not taken)'
                 )
             lengths = self.headers.get_all('Content-Length') or []
             if not lengths:
-                return b''
+                return None
             if len(set(lengths)) != 1 or not lengths[0].strip().isdigit() or not lengths[0].strip().isascii():
                 shown = ', '.join(lengths)[:40]
-                raise _RequestRefused(
+                raise _refusal(
                     400, 'invalid_content_length', f'Content-Length must be one number of bytes, not {shown!r}'
                 )
-            length = int(lengths[0])
-            if length > MAX_REQUEST_BYTES:
-                raise _RequestRefused(413, 'too_large', _TOO_LARGE)
+            return int(lengths[0])
+
+        def handle_expect_100(self) -> bool:
+            # A client that asks before sending its body (`Expect: 100-continue`, as curl does for large ones) is not
+            # asked for a body that will be refused: it gets the refusal instead of `100 Continue`.
+            from functions.api.limits import MAX_BODY_BYTES
+
+            with suppress(_RequestRefused):
+                length = self._content_length()
+                host = (self.headers.get('Host') or '').strip().lower()
+                if (length or 0) > MAX_BODY_BYTES or host not in stack.allowed_hosts():
+                    return True
+            return super().handle_expect_100()
+
+        def _discard(self, length: int) -> None:
+            """Read and drop the body of a refused request (at most DISCARD_MAX_BYTES, within BODY_TIMEOUT_S). Most
+            clients send the whole body before reading the answer; closing with their data unread resets the
+            connection, which can lose the answer on its way (they would see a broken pipe instead of the 413)."""
+            if length > DISCARD_MAX_BYTES:
+                return
+            deadline = time.monotonic() + BODY_TIMEOUT_S
+            with suppress(OSError):
+                while length > 0 and (remaining := deadline - time.monotonic()) > 0:
+                    self.connection.settimeout(remaining)
+                    chunk = self.rfile.read1(min(length, 1 << 16))
+                    if not chunk:
+                        break
+                    length -= len(chunk)
+            with suppress(OSError):
+                self.connection.settimeout(self.timeout)
+
+        def _read_body(self) -> bytes:
+            """The body, read within BODY_TIMEOUT_S; refusals for a length that is not a number or too large."""
+            from functions.api.edge import too_large_body
+            from functions.api.limits import MAX_BODY_BYTES
+
+            length = self._content_length()
+            if not length:
+                return b''
+            if length > MAX_BODY_BYTES:
+                # The function would refuse it (edge.py checks the body first): the same answer, before it is read.
+                raise _RequestRefused(too_large_body(), unread=length)
             deadline = time.monotonic() + BODY_TIMEOUT_S
             chunks: list[bytes] = []
             left = length
@@ -548,7 +604,7 @@ def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
                     chunks.append(chunk)
                     left -= len(chunk)
             except TimeoutError as exc:
-                raise _RequestRefused(
+                raise _refusal(
                     408, 'request_timeout', f'the request body did not arrive within {BODY_TIMEOUT_S:g} s'
                 ) from exc
             finally:
@@ -592,8 +648,8 @@ def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
             watchdog.disarm(self._header_watch)
             self.close_connection = True  # the body is not read: the connection cannot be reused
             message = f'{self.command} is not supported; use {", ".join(_FORWARDED_METHODS)}'
-            headers = {'Content-Type': 'application/json', 'Allow': ', '.join(_FORWARDED_METHODS)}
-            self._send(405, headers, error_body('method_not_allowed', message))
+            allow = {'Allow': ', '.join(_FORWARDED_METHODS)}
+            self._answer_itself(_refusal(405, 'method_not_allowed', message, allow).answer)
 
         def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
             # http.server's own refusals (a malformed request line, headers too long): the error shape, not HTML.
@@ -603,7 +659,7 @@ def _http_handler_class(stack: LocalStack) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 phrase = 'Bad Request'
             name = 'bad_request' if code == 400 else re.sub(r'\W+', '_', phrase.lower()).strip('_')
-            self._send(code, {'Content-Type': 'application/json'}, error_body(name, message or phrase))
+            self._answer_itself(_refusal(code, name, message or phrase).answer)
 
         def __getattr__(self, name: str) -> Any:
             # http.server answers an HTML 501 for a method without a `do_` handler; ours is the contract's shape.
@@ -631,7 +687,6 @@ def streaming_transport() -> Iterator[Callable[[], ChatStream | None]]:
 
 
 _FORWARDED_METHODS = ('DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT')
-_TOO_LARGE = 'the request body is larger than the 10 MB API Gateway accepts; upload big files via POST /attachments'
 
 
 _LOCAL_HEADERS = {'Content-Type': 'application/json', 'X-Content-Type-Options': 'nosniff'}
@@ -653,6 +708,16 @@ def _local_only(event: Mapping[str, Any], why: str) -> dict[str, Any] | None:
     except ApiError as exc:
         return {**proxy_error(exc.status, exc.code, exc.message), 'headers': _LOCAL_HEADERS}
     return None
+
+
+def _events_after_refusal(after: str) -> dict[str, Any]:
+    """422 `validation_error` for a `GET EVENTS_PATH?after=` that is not a count of events, as the API refuses a query
+    parameter it cannot use (the detail names the parameter)."""
+    from functions.api.errors import proxy_error
+
+    must = 'must be a whole number >= 0: the `next` of an earlier answer (how many events were read)'
+    detail = {'location': 'query', 'field': 'after', 'type': 'invalid', 'message': must}
+    return proxy_error(422, 'validation_error', f'the request is invalid (after: {must}; got {after[:40]!r})', [detail])
 
 
 def _is_loopback(address: str) -> bool:
@@ -679,6 +744,67 @@ class _HttpServer(ThreadingHTTPServer):
     # A listen backlog of 5 (socketserver's default) resets connections under a burst of clients; API Gateway has none.
     request_queue_size = 128
     daemon_threads = True
+
+
+class _HttpServer6(_HttpServer):
+    address_family = socket.AF_INET6  # an IPv6 address (`--host ::1`, `--host ::`: every address, IPv4 too)
+
+
+# Addresses that name every interface rather than a host: a server bound to one is reached by any of the machine's.
+WILDCARD_HOSTS = frozenset({'', '0.0.0.0', '::'})  # noqa: S104 - names, not a bind
+# The default port of each scheme: a Host without a port means one of them.
+_DEFAULT_PORTS = ('80', '443')
+
+
+def _host_for_clients(bound: str) -> str:
+    """The host part of a URL for a server bound to `bound`: a wildcard's loopback address, an IPv6 one bracketed."""
+    if bound in WILDCARD_HOSTS:
+        return '[::1]' if bound == '::' else '127.0.0.1'
+    return f'[{bound}]' if ':' in bound else bound
+
+
+def split_host(host: str) -> tuple[str, str | None]:
+    """A Host header value (or an `--allowed-host`) as (name, port or None): `devbox:8787`, `[::1]:80`, `devbox`."""
+    if host.startswith('['):
+        name, _, rest = host.partition(']')
+        port = rest[1:] if rest.startswith(':') else ''
+        return f'{name}]', port if port.isdigit() and port.isascii() else None
+    name, colon, port = host.rpartition(':')
+    if colon and port.isdigit() and port.isascii() and ':' not in name:
+        return name, port
+    return host, None
+
+
+def served_hosts(bound: str, port: int, extra_hosts: Sequence[str]) -> frozenset[str]:
+    """The Host header values a server bound to `bound` on `port` answers for.
+
+    The loopback names and the bound address, with the port (and bare on port 80, which a Host may leave out). A
+    name given with `--allowed-host` without a port is served with the port and bare too (behind a reverse proxy the
+    Host is the proxy's, often without a port): the DNS-rebinding defence is about names the user did not name. A name
+    given with port 80 or 443 is served bare too (the scheme's default port, left out of the Host).
+    """
+    names = {'127.0.0.1', 'localhost', '[::1]'}
+    if bound not in WILDCARD_HOSTS:
+        names.add(_host_for_clients(bound.lower()))
+    allowed = {f'{name}:{port}' for name in names}
+    if str(port) == '80':
+        allowed |= names
+    for extra in extra_hosts:
+        name, extra_port = split_host(extra.strip().lower())
+        if extra_port is None:
+            allowed |= {f'{name}:{port}', name}
+        else:
+            allowed.add(f'{name}:{extra_port}')
+            if extra_port in _DEFAULT_PORTS:
+                allowed.add(name)
+    return frozenset(allowed)
+
+
+def host_to_allow(host: str, port: int) -> str:
+    """The `--allowed-host` value that makes a server on `port` answer for the Host header `host`: its name alone
+    when it names no port or this one (that serves both), else the name with its port."""
+    name, host_port = split_host(host)
+    return name if host_port in (None, str(port)) else f'{name}:{host_port}'
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -774,28 +900,34 @@ class LocalStack:
 
     @property
     def url(self) -> str:
-        """`http://host:port` of the HTTP API."""
+        """`http://host:port` of the HTTP API, as a client on this machine reaches it (bound to every address, by
+        the loopback address: a wildcard address names no host to connect to)."""
         if self._httpd is None:
             raise RuntimeError('the HTTP API is not running')
-        host, port = self._httpd.server_address[:2]
-        return f'http://{host!s}:{port}'
+        port = int(self._httpd.server_address[1])
+        return f'http://{_host_for_clients(self.host)}:{port}'
+
+    @property
+    def listens_everywhere(self) -> bool:
+        """Bound to a wildcard address (`0.0.0.0`, `::`): reachable from other machines too."""
+        return self.host in WILDCARD_HOSTS
 
     def allowed_hosts(self) -> frozenset[str]:
-        """The Host header values the HTTP API answers for: loopback names and the bound address with its port, and
-        the configured names (with our port, or as given when they name one)."""
+        """The Host header values the HTTP API answers for (`served_hosts`); none before it runs."""
         if self._httpd is None:
             return frozenset()
-        port = int(self._httpd.server_address[1])
-        names = {'127.0.0.1', 'localhost', '[::1]'}
-        if self.host not in ('', '0.0.0.0', '::'):  # noqa: S104 - a wildcard names no host
-            names.add(f'[{self.host}]' if ':' in self.host else self.host.lower())
-        allowed = {f'{name}:{port}' for name in names}
-        for extra in self.extra_hosts:
-            has_port = re.fullmatch(r'.+:\d+', extra) is not None and not extra.endswith(']')
-            allowed.add(extra if has_port else f'{extra}:{port}')
-        if port == 80:
-            allowed |= {a.rsplit(':', 1)[0] for a in allowed}
-        return frozenset(allowed)
+        return served_hosts(self.host, int(self._httpd.server_address[1]), self.extra_hosts)
+
+    def host_refusal(self, host: str) -> str:
+        """Why a request naming `host` (lower case, as sent) is refused, and what would serve it: a URL this server
+        answers at, and the `--allowed-host` that would serve that name (`host_to_allow`)."""
+        if not host:
+            return f'the request names no Host; send `Host: {self.url[7:]}` (what a client of {self.url} sends)'
+        suggestion = host_to_allow(host, int(self._httpd.server_address[1]) if self._httpd else 0)
+        return (
+            f'this server does not answer for Host {host[:100]!r}; use {self.url}, or start it with '
+            f'`om serve --allowed-host {shlex.quote(suggestion[:100])}` to serve that name too'
+        )
 
     @property
     def api_handler(self) -> ApiHandler:
@@ -838,13 +970,11 @@ class LocalStack:
         refusal = _local_only(event, "the local stack's lifecycle events are read by programs on its own machine")
         if refusal is not None:
             return refusal
-        query = event.get('queryStringParameters') or {}
-        try:
-            after = max(0, int(query.get('after') or 0))
-        except ValueError:
-            after = 0
+        after = (event.get('queryStringParameters') or {}).get('after')
+        if after is not None and not (after.isdigit() and after.isascii()):
+            return {**_events_after_refusal(after), 'headers': _LOCAL_HEADERS}
         events = self.lifecycle_events()
-        body = {'events': events[after:], 'next': len(events)}
+        body = {'events': events[int(after or 0) :], 'next': len(events)}
         return {'statusCode': 200, 'headers': _LOCAL_HEADERS, 'body': json.dumps(body), 'isBase64Encoded': False}
 
     def lifecycle_events(self) -> list[dict[str, Any]]:
@@ -894,7 +1024,8 @@ class LocalStack:
             if self.http:
                 _ = self.api_handler  # import errors show at start, not on the first request
                 self._watchdog = _Watchdog()
-                self._httpd = _HttpServer((self.host, self.port), _http_handler_class(self))
+                server = _HttpServer6 if ':' in self.host else _HttpServer
+                self._httpd = server((self.host, self.port), _http_handler_class(self))
                 self._spawn('om-http', self._httpd.serve_forever)
         except BaseException:
             self.stop()

@@ -81,6 +81,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         aws = 'embedded moto server' if stack.embedded else 'AWS_ENDPOINT_URL'
         print(f'om serve: {stack.url}  (AWS: {aws} at {stack.endpoint})', flush=True)
+        if stack.listens_everywhere:
+            print(
+                f'listening on every address ({args.host}): other machines reach it by a name of this one, which '
+                'they send as Host: name it with --allowed-host NAME',
+                flush=True,
+            )
         print(model_notice(), flush=True)
         print(memory_notice(config, args.sweep_interval), flush=True)
         print(f'try: om chat --url {stack.url}     or: curl {stack.url}/health', flush=True)
@@ -116,16 +122,26 @@ def memory_notice(config: OMConfig, sweep_interval_s: float) -> str:
     s = config.resolved()
     if not s.enabled:
         return 'memory: observational memory is off in this configuration'
-    mode = 'in the background' if s.async_observation_enabled else 'in the request'
+    threshold = s.max_message_threshold()
+    if s.async_observation_enabled and s.buffer_tokens:
+        forced = f' (a step past {s.block_after:,} observes in the request)' if s.block_after else ''
+        observes = (
+            f'observes in the background every {s.buffer_tokens:,} message tokens and activates those observations '
+            f'past {threshold:,} unobserved ones{forced}'
+        )
+    else:
+        # No buffering: the turn that passes the threshold queues the observation (the buffer worker runs it); a
+        # step observes in the request only when it still finds it due (it waits for a running one).
+        observes = (
+            f'observes past {threshold:,} unobserved message tokens, in the background (the turn that passes it '
+            'queues it; a step that still finds it due runs it, or waits for it, in the request)'
+        )
     sweep = (
         f'a thread quiet for 30 min is observed by the sweeper (every {sweep_interval_s:g} s)'
         if sweep_interval_s
         else 'no sweeper runs (--sweep-interval 0)'
     )
-    return (
-        f'memory: observes past {s.max_message_threshold():,} unobserved message tokens ({mode}), reflects past '
-        f'{s.observation_tokens:,} observation tokens; {sweep}'
-    )
+    return f'memory: {observes}; reflects past {s.observation_tokens:,} observation tokens; {sweep}'
 
 
 def check_port_free(host: str, port: int) -> None:

@@ -138,18 +138,16 @@ Count = Annotated[int, BeforeValidator(_number)]
 NumberOrFalse = Annotated[int | float | bool, BeforeValidator(_number_or_false)]
 
 
-def _check_idle_scalar(value: Any, where: str) -> Any:
-    """An idle time as written: seconds (a number), a duration string (`"5m"`), `"auto"` or false (not true)."""
+def _check_idle_scalar(value: Any) -> Any:
+    """An idle time as written: seconds (a number), a duration string (`"5m"`), `"auto"` or false (not true).
+
+    Like every field's check, its message does not name the field: the error's location does (`format_validation_error`
+    writes it once, in front)."""
     if value is None or value is False or value == 'auto':
         return value
     if value is True or not isinstance(value, int | float | str):
-        raise ValueError(
-            f'{where} must be a number of seconds, a duration like "5m" or "1h", "auto" or false, got {value!r}'
-        )
-    try:
-        duration_seconds(value)
-    except ValueError as exc:
-        raise ValueError(f'{where}: {exc}') from exc
+        raise ValueError(f'must be a number of seconds, a duration like "5m" or "1h", "auto" or false, got {value!r}')
+    duration_seconds(value)
     return value
 
 
@@ -163,15 +161,14 @@ def _check_observe_attachments(value: Any) -> Any:
         return value
     if not isinstance(value, list | tuple):
         raise ValueError(
-            'observation.observeAttachments must be true, false, "auto" or a list of media types such as '
-            f'["image/png", "image/*"], got {value!r}'
+            f'must be true, false, "auto" or a list of media types such as ["image/png", "image/*"], got {value!r}'
         )
     patterns = []
     for item in value:
         if not isinstance(item, str) or not _MEDIA_PATTERN.fullmatch(item.strip().lower()):
             raise ValueError(
-                f'observation.observeAttachments: {item!r} is not a media type pattern; write "type/subtype" '
-                '("application/pdf"), "type/*" ("image/*") or "*"'
+                f'{item!r} is not a media type pattern; write "type/subtype" ("application/pdf"), "type/*" ("image/*") '
+                'or "*"'
             )
         patterns.append(item.strip().lower())
     return patterns
@@ -352,12 +349,18 @@ class TemporalMarkersConfig(_Doc):
     @classmethod
     def _gap(cls, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise ValueError(f'temporalMarkers.minGap must be seconds or a duration like "30m", got {value!r}')
-        try:
-            duration_seconds(value)
-        except ValueError as exc:
-            raise ValueError(f'temporalMarkers.minGap: {exc}') from exc
+            raise ValueError(f'must be seconds or a duration like "30m", got {value!r}')
+        duration_seconds(value)
         return value
+
+
+def _check_provider_idle(value: Any) -> Any:
+    if value is None:
+        raise ValueError('needs an idle time, "auto" or false')
+    return _check_idle_scalar(value)
+
+
+ProviderIdleTime = Annotated[int | float | str | bool, BeforeValidator(_check_provider_idle)]
 
 
 class ActivationTTLMapConfig(_Doc):
@@ -366,36 +369,33 @@ class ActivationTTLMapConfig(_Doc):
     default: int | float | str | bool | None = Field(
         default=None, description='For providers not listed (unset: no idle activation for them).'
     )
-    providers: dict[str, int | float | str | bool] = Field(
+    providers: dict[str, ProviderIdleTime] = Field(
         default_factory=dict, description='By provider (before its first "."), case-insensitive; false: never.'
     )
 
     @field_validator('default', mode='before')
     @classmethod
     def _default(cls, value: Any) -> Any:
-        return _check_idle_scalar(value, 'activateAfterIdle.default')
+        return _check_idle_scalar(value)
 
     @field_validator('providers', mode='before')
     @classmethod
     def _providers(cls, value: Any) -> Any:
         if not isinstance(value, Mapping):
-            raise ValueError(f'activateAfterIdle.providers must be an object of provider: idle time, got {value!r}')
-        out: dict[str, Any] = {}
-        for name, ttl in value.items():
+            raise ValueError(f'must be an object of provider: idle time, got {value!r}')
+        for name in value:
             if not isinstance(name, str) or not name.strip():
-                raise ValueError(f'activateAfterIdle.providers: {name!r} is not a provider name')
-            if ttl is None:
-                raise ValueError(f'activateAfterIdle.providers.{name} needs an idle time, "auto" or false')
-            out[name.strip().lower()] = _check_idle_scalar(ttl, f'activateAfterIdle.providers.{name}')
-        return out
+                raise ValueError(f'{name!r} is not a provider name')
+        # Each idle time is checked as the value of its key (`ProviderIdleTime`), so an error names the provider.
+        return {name.strip().lower(): ttl for name, ttl in value.items()}
 
 
-def _idle_setting(value: Any, where: str) -> Any:
+def _idle_setting(value: Any) -> Any:
     if isinstance(value, Mapping):
         return ActivationTTLMapConfig.model_validate(value)
     if isinstance(value, ActivationTTLMapConfig):
         return value
-    return _check_idle_scalar(value, where)
+    return _check_idle_scalar(value)
 
 
 def _temporal_markers(value: Any) -> Any:
@@ -403,7 +403,7 @@ def _temporal_markers(value: Any) -> Any:
         return value
     if isinstance(value, Mapping):
         return TemporalMarkersConfig.model_validate(value)
-    raise ValueError(f'temporalMarkers must be true, false or {{"minGap": "30m"}}, got {value!r}')
+    raise ValueError(f'must be true, false or {{"minGap": "30m"}}, got {value!r}')
 
 
 class ObservationConfig(_Doc):
@@ -465,7 +465,7 @@ class ObservationConfig(_Doc):
     @field_validator('activate_after_idle', mode='before')
     @classmethod
     def _idle(cls, value: Any) -> Any:
-        return _idle_setting(value, 'observation.activateAfterIdle')
+        return _idle_setting(value)
 
 
 class ReflectionConfig(_Doc):
@@ -495,7 +495,7 @@ class ReflectionConfig(_Doc):
     @field_validator('activate_after_idle', mode='before')
     @classmethod
     def _idle(cls, value: Any) -> Any:
-        return _idle_setting(value, 'reflection.activateAfterIdle')
+        return _idle_setting(value)
 
 
 class RetrievalConfig(_Doc):
@@ -521,12 +521,17 @@ class WorkingMemoryConfig(_Doc):
     )
     read_only: bool = Field(default=False, description='Show working memory but offer no tool to change it.')
 
+    @field_validator('json_schema', mode='after')
+    @classmethod
+    def _schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            _check_working_memory_schema(value)
+        return value
+
     @model_validator(mode='after')
     def _template_or_schema(self) -> WorkingMemoryConfig:
         if self.template is not None and self.json_schema is not None:
             raise ValueError('set either `template` or `schema`, not both (workingMemory takes one of them)')
-        if self.json_schema is not None:
-            _check_working_memory_schema(self.json_schema)
         return self
 
 
@@ -540,12 +545,10 @@ def _check_working_memory_schema(schema: dict[str, Any]) -> None:
         validator_for(schema, default=Draft202012Validator).check_schema(schema)
     except SchemaError as exc:
         where = '/'.join(str(p) for p in exc.absolute_path)
-        raise ValueError(
-            f'workingMemory.schema is not a valid JSON Schema: {exc.message}' + (f' (at {where})' if where else '')
-        ) from exc
+        raise ValueError(f'not a valid JSON Schema: {exc.message}' + (f' (at {where})' if where else '')) from exc
     declared = schema.get('type')
     if declared is not None and declared != 'object' and not (isinstance(declared, list) and 'object' in declared):
-        raise ValueError('workingMemory.schema must describe a JSON object (type "object")')
+        raise ValueError('must describe a JSON object (type "object")')
     # Nothing is fetched at run time: a `$ref` must point into the schema itself.
     pending: list[Any] = [schema]
     while pending:
@@ -553,9 +556,7 @@ def _check_working_memory_schema(schema: dict[str, Any]) -> None:
         if isinstance(node, Mapping):
             ref = node.get('$ref')
             if isinstance(ref, str) and not ref.startswith('#'):
-                raise ValueError(
-                    f'workingMemory.schema: only local references ("#/...") are supported, got $ref {ref!r}'
-                )
+                raise ValueError(f'only local references ("#/...") are supported, got $ref {ref!r}')
             pending.extend(node.values())
         elif isinstance(node, list):
             pending.extend(node)
@@ -583,7 +584,7 @@ class SemanticRecallConfig(_Doc):
         if isinstance(value, Mapping):
             return MessageRange.model_validate(value)
         if isinstance(value, int) and not isinstance(value, bool) and value < 0:
-            raise ValueError('messageRange must be >= 0')
+            raise ValueError('must be >= 0')
         return _number(value)
 
 
@@ -837,7 +838,7 @@ class OMConfig(_Doc):
         if isinstance(value, Mapping):
             return RetrievalConfig.model_validate(value)
         if not isinstance(value, bool | RetrievalConfig):
-            raise ValueError(f'retrieval must be true, false or {{vector, scope}}, got {value!r}')
+            raise ValueError(f'must be true, false or {{vector, scope}}, got {value!r}')
         return value
 
     @field_validator('semantic_recall', mode='before')
@@ -848,7 +849,7 @@ class OMConfig(_Doc):
         if isinstance(value, Mapping):
             return SemanticRecallConfig.model_validate(value)
         if value is not False and not isinstance(value, SemanticRecallConfig):
-            raise ValueError(f'semanticRecall must be false, true or {{topK, messageRange, scope}}, got {value!r}')
+            raise ValueError(f'must be false, true or {{topK, messageRange, scope}}, got {value!r}')
         return value
 
     @field_validator('generate_title', mode='before')
@@ -857,7 +858,7 @@ class OMConfig(_Doc):
         if isinstance(value, Mapping):
             return GenerateTitleConfig.model_validate(value)
         if not isinstance(value, bool | GenerateTitleConfig):
-            raise ValueError(f'generateTitle must be true, false or {{model, instructions}}, got {value!r}')
+            raise ValueError(f'must be true, false or {{model, instructions}}, got {value!r}')
         return value
 
     @field_validator('temporal_markers', mode='before')
@@ -868,7 +869,7 @@ class OMConfig(_Doc):
     @field_validator('activate_after_idle', mode='before')
     @classmethod
     def _idle(cls, value: Any) -> Any:
-        return _idle_setting(value, 'activateAfterIdle')
+        return _idle_setting(value)
 
     @field_validator('last_messages', mode='before')
     @classmethod
@@ -876,7 +877,7 @@ class OMConfig(_Doc):
         if value is False:
             return value
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f'lastMessages must be a whole number >= 0 or false, got {value!r}')
+            raise ValueError(f'must be a whole number >= 0 or false, got {value!r}')
         return value
 
     @model_validator(mode='after')
@@ -1221,13 +1222,11 @@ def _resolve_archive(archive: ObservationArchiveConfig, observation_tokens: int)
         else math.floor(observation_tokens * DEFAULT_ARCHIVE_KEEP + 0.5)
     )
     if keep >= after:
-        where = (
-            'observation.archive.keepTokens' if archive.keep_tokens is not None else 'observation.archive.afterTokens'
-        )
         raise ValueError(
-            f'{where}: keepTokens ({keep}) must be less than afterTokens ({after}): archiving moves the oldest '
-            'observations out until about keepTokens remain, so it must leave less than the bound that started it '
-            f'(the defaults are {DEFAULT_ARCHIVE_AFTER:g} and {DEFAULT_ARCHIVE_KEEP:g} × reflection.observationTokens)'
+            f'observation.archive: keepTokens ({keep}) must be less than afterTokens ({after}): archiving moves the '
+            'oldest observations out until about keepTokens remain, so it must leave less than the bound that '
+            f'started it (the defaults are {DEFAULT_ARCHIVE_AFTER:g} and {DEFAULT_ARCHIVE_KEEP:g} × '
+            'reflection.observationTokens)'
         )
     return ArchiveSettings(after_tokens=after, keep_tokens=keep, max_catalog_tokens=archive.max_catalog_tokens)
 

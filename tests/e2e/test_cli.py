@@ -83,6 +83,18 @@ def test_cli_a_bad_config_file_names_the_file_actually_read_and_the_field(tmp_pa
     assert_usage_error(om('chat', '--config', str(broken)), f'config file {broken}', 'not valid JSON')
 
 
+def test_cli_a_config_error_names_the_field_once(tmp_path):
+    bad = tmp_path / 'bad.json'
+    bad.write_text(json.dumps({'activateAfterIdle': '5x', 'observation': {'observeAttachments': 'images'}}))
+    result = om('serve', '--config', str(bad), '--port', '0')
+    assert_usage_error(
+        result,
+        "  - activateAfterIdle: '5x' is not a duration",
+        '  - observation.observeAttachments: must be true, false, "auto" or a list of media types',
+    )
+    assert result.stderr.count('activateAfterIdle') == 1 and result.stderr.count('observeAttachments') == 1
+
+
 def test_cli_a_port_in_use_says_so_and_how_to_pick_another():
     with socket.socket() as taken:
         taken.bind(('127.0.0.1', 0))
@@ -221,6 +233,47 @@ def wait_for_health(url: str, timeout: float = 90.0) -> None:
         except OSError:
             time.sleep(0.3)
     raise AssertionError(f'om serve did not answer at {url} within {timeout} s')
+
+
+def test_cli_serve_on_every_address_says_a_usable_url_and_when_memory_acts():
+    # Bound to every address, with the quickstart configuration and a name a reverse proxy forwards without a port
+    port = free_port()
+    url = f'http://127.0.0.1:{port}'
+    serve = subprocess.Popen(
+        [sys.executable, '-m', 'om_cli.main', 'serve', '--host', '0.0.0.0', '--port', str(port)]
+        + ['--config', 'examples/quickstart.json', '--sweep-interval', '0', '--allowed-host', 'devbox.local'],
+        cwd=ROOT,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for_health(url)
+
+        def health(host: str) -> tuple[int, dict]:
+            request = urllib.request.Request(f'{url}/health', headers={'Host': host})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    return response.status, json.loads(response.read())
+            except urllib.error.HTTPError as exc:
+                return exc.code, json.loads(exc.read())
+
+        assert health('devbox.local')[0] == 200
+        assert health(f'devbox.local:{port}')[0] == 200
+        status, body = health('other.local')
+        assert status == 421
+        assert f'use {url}, or start it with `om serve --allowed-host other.local`' in body['error']['message']
+    finally:
+        serve.send_signal(signal.SIGINT)
+        out, err = serve.communicate(timeout=60)
+    assert f'om serve: {url}  (AWS:' in out, out
+    assert 'http://0.0.0.0' not in out + err, out
+    assert 'listening on every address (0.0.0.0)' in out and '--allowed-host NAME' in out, out
+    # With bufferTokens false, a turn past the threshold queues the observation: the banner says so
+    memory = next(line for line in out.splitlines() if line.startswith('memory:'))
+    assert 'observes past 120 unobserved message tokens, in the background' in memory, memory
+    assert 'the turn that passes it queues it' in memory and 'reflects past 200 observation tokens' in memory, memory
 
 
 @pytest.mark.skipif(not Path('/proc').is_dir(), reason='finds child processes through /proc (Linux)')

@@ -244,7 +244,7 @@ def test_a_poison_job_ends_in_the_dead_letter_queue(stack):
     assert stack.queue_depth() == 0
 
 
-def test_a_body_over_10_mb_is_refused_with_413(stack):
+def test_a_body_over_the_api_limit_is_refused_with_413_naming_the_limit(stack):
     host, port = urlsplit(stack.url).hostname, urlsplit(stack.url).port
     connection = http.client.HTTPConnection(host, port, timeout=10)
     try:
@@ -258,3 +258,4 @@ def test_a_body_over_10_mb_is_refused_with_413(stack):
         connection.close()
     assert response.status == 413
     assert_error_shape(body, 'too_large')
+    assert f'limit of {5 * 1024 * 1024} bytes' in body['error']['message']

@@ -15,6 +15,7 @@ from om_lib.config import (
     ResolvedOMConfig,
     RetrievalSettings,
     SemanticRecallSettings,
+    format_validation_error,
     load_config,
     parse_model_spec,
 )
@@ -45,10 +46,10 @@ def om(model: Any = 'default', **observation_reflection: Any) -> dict[str, Any]:
 
 
 def refused(document: Any, *fragments: str) -> str:
-    """Validate, expect refusal, and check each fragment appears in the error text."""
+    """Validate, expect refusal, and check each fragment appears in the error text as `om` shows it."""
     with pytest.raises(ValidationError) as info:
         OMConfig.model_validate(document)
-    text = str(info.value)
+    text = format_validation_error(info.value)
     for fragment in fragments:
         assert fragment in text, f'{fragment!r} not in {text!r}'
     return text
@@ -307,8 +308,8 @@ def test_config_last_messages_seed_003() -> None:
     assert resolve({}).last_messages == 10
     assert resolve({'lastMessages': 3}).last_messages == 3
     assert resolve({'lastMessages': False}).last_messages == 0
-    refused({'lastMessages': -1}, 'lastMessages must be a whole number >= 0 or false')
-    refused({'lastMessages': True}, 'lastMessages must be a whole number >= 0 or false')
+    refused({'lastMessages': -1}, 'lastMessages: must be a whole number >= 0 or false')
+    refused({'lastMessages': True}, 'lastMessages: must be a whole number >= 0 or false')
 
 
 def test_config_a8_a_disabled_document_needs_no_model() -> None:
@@ -486,7 +487,7 @@ def test_config_camel_and_snake_case_both_validate_to_the_same_config() -> None:
     ],
 )
 def test_config_unknown_keys_are_refused_naming_the_key(document: dict[str, Any], path: str) -> None:
-    refused(document, 'Extra inputs are not permitted')
+    refused(document, f'{path}: unknown key (not a configuration option)')
     with pytest.raises(ConfigError, match=path.replace('.', r'\.')):
         load_config(env={'OM_CONFIG': json.dumps(document)})
 
@@ -502,7 +503,7 @@ def test_config_is_frozen() -> None:
 def test_config_retrieval_object() -> None:
     assert resolve(om(retrieval={'vector': True, 'scope': 'thread'})).retrieval == RetrievalSettings(True, 'thread')
     assert resolve(om(retrieval=False)).retrieval is None
-    refused(om(retrieval=3), 'retrieval must be true, false or')
+    refused(om(retrieval=3), 'retrieval: must be true, false or')
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -533,7 +534,7 @@ def test_config_semantic_recall() -> None:
     assert config.semantic_recall.message_range == MessageRange(before=3, after=0)
     assert config.resolved().semantic_recall == SemanticRecallSettings(4, 3, 0, 'resource')
     refused({'semanticRecall': {'topK': 0}}, 'semanticRecall.topK')
-    refused({'semanticRecall': 'yes'}, 'semanticRecall must be false, true or')
+    refused({'semanticRecall': 'yes'}, 'semanticRecall: must be false, true or')
 
 
 def test_config_generate_title() -> None:
@@ -567,6 +568,59 @@ def test_load_config_precedence(tmp_path: Any) -> None:
     assert load_config(env={'OM_CONFIG': env['OM_CONFIG']}).observation.message_tokens == 3333
     assert load_config(env={}) == OMConfig.model_validate(True)
     assert load_config(env={'OM_CONFIG': 'false'}).enabled is False
+
+
+@pytest.mark.parametrize(
+    ('document', 'line'),
+    [
+        ({'activateAfterIdle': '5x'}, "activateAfterIdle: '5x' is not a duration"),
+        ({'activateAfterIdle': True}, 'activateAfterIdle: must be a number of seconds, a duration'),
+        ({'observation': {'activateAfterIdle': '5x'}}, "observation.activateAfterIdle: '5x' is not a duration"),
+        ({'reflection': {'activateAfterIdle': '5x'}}, "reflection.activateAfterIdle: '5x' is not a duration"),
+        ({'activateAfterIdle': {'default': '5x'}}, "activateAfterIdle.default: '5x' is not a duration"),
+        (
+            {'observation': {'activateAfterIdle': {'providers': {'anthropic': '5x'}}}},
+            "observation.activateAfterIdle.providers.anthropic: '5x' is not a duration",
+        ),
+        (
+            {'activateAfterIdle': {'providers': {'openai': None}}},
+            'activateAfterIdle.providers.openai: needs an idle time',
+        ),
+        ({'activateAfterIdle': {'providers': 3}}, 'activateAfterIdle.providers: must be an object of provider'),
+        ({'observation': {'observeAttachments': 3}}, 'observation.observeAttachments: must be true, false, "auto"'),
+        ({'observation': {'observeAttachments': ['x']}}, "observation.observeAttachments: 'x' is not a media type"),
+        ({'temporalMarkers': 3}, 'temporalMarkers: must be true, false or {"minGap": "30m"}'),
+        ({'temporalMarkers': {'minGap': True}}, 'temporalMarkers.minGap: must be seconds or a duration'),
+        (
+            {'observation': {'temporalMarkers': {'minGap': '5x'}}},
+            "observation.temporalMarkers.minGap: '5x' is not a duration",
+        ),
+        ({'semanticRecall': {'messageRange': -1}}, 'semanticRecall.messageRange: must be >= 0'),
+        ({'generateTitle': 3}, 'generateTitle: must be true, false or {model, instructions}'),
+        (
+            {'workingMemory': {'enabled': True, 'schema': {'type': 'string'}}},
+            'workingMemory.schema: must describe a JSON object',
+        ),
+        (
+            {'workingMemory': {'enabled': True, 'schema': {'$ref': 'https://example.com/s.json'}}},
+            'workingMemory.schema: only local references',
+        ),
+        (
+            {'observation': {'archive': {'keepTokens': 100_000}}},
+            'observation.archive: keepTokens (100000) must be less than afterTokens (60000)',
+        ),
+    ],
+)
+def test_a_config_error_names_its_field_once(tmp_path: Any, document: dict[str, Any], line: str) -> None:
+    # What `om serve --config bad.json` prints: each problem's field once, in front, then the rule.
+    bad = tmp_path / 'bad.json'
+    bad.write_text(json.dumps(document))
+    with pytest.raises(ConfigError) as info:
+        load_config(path=str(bad))
+    problems = str(info.value).splitlines()[1:]
+    assert len(problems) == 1 and problems[0].startswith(f'  - {line}'), problems
+    field = line.split(':', 1)[0]
+    assert problems[0].count(field) == 1, problems
 
 
 def test_load_config_validation_error_names_source_field_and_rule(tmp_path: Any) -> None:
