@@ -265,3 +265,41 @@ def test_the_session_takes_either_client(stack: LocalStack, resource_id: str, th
         return without_memory(await session.get_items())
 
     assert asyncio.run(run()) == [{'role': 'user', 'content': 'hello'}]
+
+
+def test_a_session_names_the_agents_model_and_a_new_model_activates_buffered_observations(thread_id: str) -> None:
+    config = {
+        'model': 'offline',
+        'observation': {'messageTokens': 2000, 'bufferTokens': 1000},
+        'activateOnProviderChange': True,
+    }
+    env = {'POWERTOOLS_LOG_LEVEL': 'WARNING', 'POWERTOOLS_METRICS_DISABLED': 'true'}
+    with LocalStack(port=0, config=config, env=env, sweep_interval_s=None, visibility_timeout_s=2) as stack:
+
+        async def run() -> tuple[list[Any], list[Any]]:
+            async with AsyncMemoryClient(stack.url, resource_id='agents-models') as om:
+                small = ObservationalMemorySession(om, thread_id=thread_id, actor_model='openai/gpt-5.4-mini')
+                await small.get_items()
+                await small.add_items(
+                    [
+                        {'role': 'user', 'content': 'I live in Lisbon and work as a nurse.'},
+                        {'role': 'assistant', 'content': 'Noted.'},
+                    ]
+                )
+                assert (await om.buffer(thread_id)).status == 'done'
+                await small.get_items()  # the same model: nothing activates
+                same = list(small.parts)
+                large = ObservationalMemorySession(om, thread_id=thread_id, actor_model='openai/gpt-5.4')
+                items = await large.get_items()
+                return same, [*large.parts, items]
+
+        same, (*parts, items) = asyncio.run(run())
+
+    assert not any(p.type == 'data-om-activation' for p in same)
+    activations = [p.data for p in parts if p.type == 'data-om-activation']
+    assert len(activations) == 1 and activations[0]['triggeredBy'] == 'provider_change', activations
+    assert (activations[0]['previousModel'], activations[0]['currentModel']) == (
+        'openai/gpt-5.4-mini',
+        'openai/gpt-5.4',
+    )
+    assert 'Lisbon' in json.dumps(items)  # the activated observations are in the memory system message

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
+import pytest
 from om_client import MemoryClient, Message
-from om_client.integrations.strands import ObservationalMemoryHooks, from_strands, to_strands
+from om_client.integrations._shared import actor_model_name
+from om_client.integrations.strands import ObservationalMemoryHooks, from_strands, strands_model_name, to_strands
 from om_client.models import FilePart, ImagePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 from strands import Agent, tool
 from strands.models.openai import OpenAIModel
@@ -149,3 +152,60 @@ def test_twenty_invocations_keep_observations_in_the_prompt_and_observed_turns_o
     assert 'has many friends who collect stamps' in last.system_text
     assert [m.text() for m in stored if m.role == 'user'] == [fact(n) for n in range(20)]
     assert 'data-om-status' in seen and memory.parts
+
+
+# -- the Actor's model ----------------------------------------------------------------------------------------------
+def test_the_agents_model_is_named_as_the_step_route_takes_it() -> None:
+    openai_model = OpenAIModel(client_args={'api_key': 'test'}, model_id='gpt-4o-mini')
+    served = OpenAIModel(client_args={'api_key': 'test'}, model_id='/models/llama 3')
+
+    assert strands_model_name(openai_model) == 'openai/gpt-4o-mini'
+    # A model served from a path loses its leading slash and spaces; a name the route refuses is left out.
+    assert strands_model_name(served) == 'openai/models/llama-3'
+    assert actor_model_name('openai', '') is None and actor_model_name('open ai', 'x') is None
+    with pytest.raises(ValueError, match='actor_model must be `provider/model`'):
+        ObservationalMemoryHooks(
+            MemoryClient('http://127.0.0.1:9', resource_id='me'), thread_id='t', actor_model='gpt 4o'
+        )
+
+
+# Observations buffered: a short conversation stays below bufferTokens (nothing is buffered until asked), and a step
+# whose agent runs another model activates what is buffered.
+BUFFERED_STACK_CONFIG: dict[str, Any] = {
+    'model': 'offline',
+    'observation': {'messageTokens': 2000, 'bufferTokens': 1000},
+    'activateOnProviderChange': True,
+}
+
+
+def test_swapping_the_agents_model_activates_buffered_observations(fake_model: FakeOpenAI, thread_id: str) -> None:
+    env = {'POWERTOOLS_LOG_LEVEL': 'WARNING', 'POWERTOOLS_METRICS_DISABLED': 'true'}
+    seen: list[Any] = []
+    with (
+        LocalStack(port=0, config=BUFFERED_STACK_CONFIG, env=env, sweep_interval_s=None, visibility_timeout_s=2) as st,
+        MemoryClient(st.url, resource_id='strands-models') as om,
+        loopback_only(),
+    ):
+        memory = ObservationalMemoryHooks(om, thread_id=thread_id, on_parts=seen.extend)
+        small = OpenAIModel(client_args={'base_url': fake_model.base_url, 'api_key': 'test'}, model_id='fake-model')
+        agent = Agent(model=small, hooks=[memory], callback_handler=None)
+        agent('I live in Lisbon.')
+        agent('I work as a nurse.')
+        assert om.buffer(thread_id).status == 'done'
+        agent('Hello again.')  # the same model: nothing activates
+        assert not any(p.type == 'data-om-activation' for p in seen)
+
+        agent.model = OpenAIModel(
+            client_args={'base_url': fake_model.base_url, 'api_key': 'test'}, model_id='fake-model-large'
+        )
+        agent('Where do I live?')
+
+    activations = [p.data for p in seen if p.type == 'data-om-activation']
+    assert len(activations) == 1, activations
+    assert activations[0]['triggeredBy'] == 'provider_change'
+    assert (activations[0]['previousModel'], activations[0]['currentModel']) == (
+        'openai/fake-model',
+        'openai/fake-model-large',
+    )
+    # The newly active observations are in the prompt the other model got.
+    assert 'Lisbon' in fake_model.chat_requests[-1].system_text

@@ -13,6 +13,7 @@ import {
   MessageConflict,
   readChatStream,
   textOf,
+  ThreadNotFound,
   userMessage,
 } from 'om-client';
 import { type MemoryUIMessage, memoryChatTransport } from 'om-client/ai';
@@ -258,10 +259,17 @@ test('the transport surfaces error answers as the error of their code', async ()
 });
 
 // -- against the streaming route of the local stack -------------------------------------------------------------------
-/** The thread's stored messages as `role: text`, once there are at least `count` (the turn may still be finishing). */
+/** The thread's stored messages as `role: text`, once there are at least `count` (the turn may still be finishing;
+ * after an early abort, the thread may not even be saved yet: the stream starts before the input is stored). */
 async function storedTurn(om: MemoryClient, threadId: string, count: number): Promise<{ id: string; text: string }[]> {
   for (let waited = 0; ; waited += 50) {
-    const { messages } = await om.messages(threadId);
+    const messages = await om.messages(threadId).then(
+      (page) => page.messages,
+      (error: unknown) => {
+        if (error instanceof ThreadNotFound && waited <= 10_000) return [];
+        throw error;
+      },
+    );
     if (messages.length >= count || waited > 10_000) {
       return messages.map((m) => ({ id: m.id, text: `${m.role}: ${textOf(m)}` }));
     }

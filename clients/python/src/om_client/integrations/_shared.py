@@ -4,6 +4,7 @@ bound to (steps, turns, parts, tool names), and running the memory tools."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -61,9 +62,33 @@ async def run_update_working_memory(
     return working_memory_answer(True), False
 
 
+# What the step route takes as `actorModel`: `provider/model`, no whitespace, 3 to 200 characters.
+_ACTOR_MODEL = re.compile(r'^[A-Za-z0-9][\w.:@-]*/[^\s/][^\s]*$')
+
+
+def actor_model_name(provider: str, model_id: str) -> str | None:
+    """`provider/model` as the step route takes it, from what a framework reports (a model id's leading slashes and
+    whitespace dropped: a vLLM model served from `/models/llama 3`); None when the route would still refuse it, so a
+    step never fails over a name (memory then treats the model as unknown)."""
+    model = re.sub(r'\s+', '-', model_id.strip().lstrip('/'))
+    name = f'{provider.strip()}/{model}'
+    return name if 3 <= len(name) <= 200 and _ACTOR_MODEL.match(name) else None
+
+
+def check_actor_model(actor_model: str | None) -> str | None:
+    """An `actor_model` given by the caller, refused at once (not at every step) when the step route would refuse it."""
+    if actor_model is not None and not (3 <= len(actor_model) <= 200 and _ACTOR_MODEL.match(actor_model)):
+        raise ValueError(
+            f'actor_model must be `provider/model` without spaces, 3 to 200 characters (e.g. "openai/gpt-4o-mini"), '
+            f'not {actor_model[:80]!r}'
+        )
+    return actor_model
+
+
 class ThreadBinding:
     """One thread's memory as an integration uses it: the client, the thread, whose memory it is (default: the
-    client's `resource_id`), and who hears of the `data-om-*` parts of each step and turn."""
+    client's `resource_id`), the model the Actor runs when the caller names it, and who hears of the `data-om-*`
+    parts of each step and turn."""
 
     def __init__(
         self,
@@ -73,6 +98,7 @@ class ThreadBinding:
         resource_id: str | None,
         read_only: bool | None,
         on_parts: Callable[[list[DataPart]], Any] | None,
+        actor_model: str | None = None,
     ) -> None:
         self.client = client
         self.thread_id = thread_id
@@ -82,6 +108,7 @@ class ThreadBinding:
         self.resource_id: str = resource
         self.read_only = read_only
         self.on_parts = on_parts
+        self.actor_model = check_actor_model(actor_model)
         self.last_step: StepResult | None = None
         self._tool_names: dict[str, str] = {}  # tool call id -> tool name: filled by calls, read by their results
 
@@ -89,11 +116,18 @@ class ThreadBinding:
         if self.on_parts is not None and parts:
             self.on_parts(list(parts))
 
-    async def _step(self, new: Sequence[Message]) -> StepResult:
+    async def _step(self, new: Sequence[Message], *, actor_model: str | None = None) -> StepResult:
         """Save the new input as a step; the Actor's context. Outputs saved later may answer calls made in it, so
-        their tool names are kept."""
+        their tool names are kept. `actor_model`: the model this step's Actor runs, when the framework says (the
+        binding's own `actor_model` wins)."""
         step: StepResult = await call(
-            self.client, 'step', self.thread_id, new, resource_id=self.resource_id, read_only=self.read_only
+            self.client,
+            'step',
+            self.thread_id,
+            new,
+            resource_id=self.resource_id,
+            read_only=self.read_only,
+            actor_model=self.actor_model or actor_model,
         )
         self._learn_tool_names(step.messages)
         return step

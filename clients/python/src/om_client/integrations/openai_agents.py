@@ -296,6 +296,8 @@ class ObservationalMemorySession(ThreadBinding):
         on_parts: Called with the `data-om-*` parts of every step and turn (status, observation start/end/failed,
             buffering, activation...), e.g. to stream them to a UI.
         session_settings: The SDK's `SessionSettings` (None: the SDK's defaults).
+        actor_model: The model your agent runs (`provider/model`, e.g. `openai/gpt-5.4`), named on every step for
+            `activateAfterIdle: "auto"` and `activateOnProviderChange` (a session does not see the agent's model).
     """
 
     def __init__(
@@ -307,8 +309,16 @@ class ObservationalMemorySession(ThreadBinding):
         read_only: bool | None = None,
         on_parts: Callable[[list[DataPart]], Any] | None = None,
         session_settings: Any = None,
+        actor_model: str | None = None,
     ) -> None:
-        super().__init__(client, thread_id=thread_id, resource_id=resource_id, read_only=read_only, on_parts=on_parts)
+        super().__init__(
+            client,
+            thread_id=thread_id,
+            resource_id=resource_id,
+            read_only=read_only,
+            on_parts=on_parts,
+            actor_model=actor_model,
+        )
         self.session_id = thread_id
         self.session_settings = session_settings
         self.last_turns: list[TurnResult] = []

@@ -32,7 +32,7 @@ from strands.hooks import (
 )
 from strands.tools.tools import PythonAgentTool
 
-from om_client.integrations._shared import AnyClient, ThreadBinding
+from om_client.integrations._shared import AnyClient, ThreadBinding, actor_model_name
 from om_client.models import (
     DataPart,
     FilePart,
@@ -205,6 +205,19 @@ def to_strands(messages: Iterable[Message]) -> tuple[list[StrandsMessage], list[
     return converted, system
 
 
+def strands_model_name(model: Any) -> str | None:
+    """A Strands model as `provider/model`: its provider module (`strands.models.openai` is `openai`) and the
+    `model_id` of its configuration; None when it reports no model id."""
+    try:
+        config = model.get_config()
+    except Exception:  # noqa: BLE001 - a custom model may not implement it: memory then sees no model
+        return None
+    model_id = config.get('model_id') if isinstance(config, Mapping) else None
+    if not isinstance(model_id, str) or not model_id.strip():
+        return None
+    return actor_model_name(type(model).__module__.rsplit('.', 1)[-1], model_id)
+
+
 # -- the hook provider ----------------------------------------------------------------------------------------------
 class ObservationalMemoryHooks(ThreadBinding, HookProvider):
     """Loads memory into a Strands agent before each invocation and saves the turn after it.
@@ -215,6 +228,9 @@ class ObservationalMemoryHooks(ThreadBinding, HookProvider):
         resource_id: Whose memory (default: the client's `resource_id`).
         read_only: Show working memory without offering to change it.
         on_parts: Called with the `data-om-*` parts of every step and turn.
+        actor_model: The Actor's model as each step names it (`provider/model`), for `activateAfterIdle: "auto"` and
+            `activateOnProviderChange`; default: the agent's model as Strands reports it (`openai/gpt-4o-mini`,
+            `bedrock/us.anthropic.claude-sonnet-4-5-...`), read at every invocation, so swapping `agent.model` is seen.
     """
 
     def __init__(
@@ -225,8 +241,16 @@ class ObservationalMemoryHooks(ThreadBinding, HookProvider):
         resource_id: str | None = None,
         read_only: bool | None = None,
         on_parts: Callable[[list[DataPart]], Any] | None = None,
+        actor_model: str | None = None,
     ) -> None:
-        super().__init__(client, thread_id=thread_id, resource_id=resource_id, read_only=read_only, on_parts=on_parts)
+        super().__init__(
+            client,
+            thread_id=thread_id,
+            resource_id=resource_id,
+            read_only=read_only,
+            on_parts=on_parts,
+            actor_model=actor_model,
+        )
         self.last_turn: TurnResult | None = None
         self._base_prompt: list[dict[str, Any]] | None = None
         self._added: list[StrandsMessage] | None = None
@@ -252,7 +276,7 @@ class ObservationalMemoryHooks(ThreadBinding, HookProvider):
         agent = event.agent
         inputs = [from_strands(m, self._tool_names) for m in event.messages or []]
         new = [m for m in inputs if m is not None]
-        step = await self._step(new)
+        step = await self._step(new, actor_model=strands_model_name(agent.model))
         self.last_step, self.last_turn = step, None
         self._publish(step.parts)
         new_ids = {m.id for m in new}
