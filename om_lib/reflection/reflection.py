@@ -308,32 +308,9 @@ class Reflection:
             )
 
         spent: list[CallUsage] = []
-        try:
-            with rt.writer.holding(leased, 'reflecting', cycle.cycle_id):
-                draft = self.draft(snapshot_text, snapshot_tokens, deadline, on_retry=on_retry, spent=spent)
-        except refl.ReflectionNotSmallerError as exc:
-            parts.add(
-                rt.failed_part(
-                    cycle,
-                    'reflection',
-                    snapshot_tokens,
-                    exc,
-                    leased.id,
-                    thread_id,
-                    reason='not_smaller',
-                    usage=total_usage(spent),
-                )
-            )
-            released = rt.writer.release_lease(
-                leased, 'reflecting', cycle.cycle_id, reflection_stalled_at_tokens=snapshot_tokens
-            )
-            return ReflectionOutcome(released, 'failed')
-        except ModelError as exc:
-            # Memory stays as it was; like a failed run, the next attempt waits (30 s doubling). An answer that was
-            # not an observation log (a refusal, an essay, a loop, nothing) says so (`invalid_reflection`), and
-            # the very same log is not offered to the model again: it waits for the log to change too.
-            answered = isinstance(exc, ModelOutputError)
-            reason: FailureReason | None = 'invalid_reflection' if answered else None
+
+        def failed(exc: Exception, reason: FailureReason | None, *, stall: bool, back_off: bool) -> ReflectionOutcome:
+            # Nothing committed: report it, and release the lease with what holds the next attempt back.
             parts.add(
                 rt.failed_part(
                     cycle,
@@ -346,9 +323,24 @@ class Reflection:
                     usage=total_usage(spent),
                 )
             )
-            stall = {'reflection_stalled_at_tokens': snapshot_tokens} if answered else {}
-            released = rt.writer.release_lease(leased, 'reflecting', cycle.cycle_id, **self._backoff(leased), **stall)
+            held_back: dict[str, Any] = self._backoff(leased) if back_off else {}
+            if stall:
+                held_back['reflection_stalled_at_tokens'] = snapshot_tokens
+            released = rt.writer.release_lease(leased, 'reflecting', cycle.cycle_id, **held_back)
             return ReflectionOutcome(released, 'failed')
+
+        try:
+            with rt.writer.holding(leased, 'reflecting', cycle.cycle_id):
+                draft = self.draft(snapshot_text, snapshot_tokens, deadline, on_retry=on_retry, spent=spent)
+        except refl.ReflectionNotSmallerError as exc:
+            # The log cannot shrink: it waits until it has grown (no backoff; the stall holds it).
+            return failed(exc, 'not_smaller', stall=True, back_off=False)
+        except ModelError as exc:
+            # Memory stays as it was; like a failed run, the next attempt waits (30 s doubling). An answer that was
+            # not an observation log (a refusal, an essay, a loop, nothing) says so (`invalid_reflection`), and
+            # the very same log is not offered to the model again: it waits for the log to change too.
+            answered = isinstance(exc, ModelOutputError)
+            return failed(exc, 'invalid_reflection' if answered else None, stall=answered, back_off=True)
         except Exception:
             rt.writer.release_quietly(leased, 'reflecting', cycle.cycle_id)
             raise

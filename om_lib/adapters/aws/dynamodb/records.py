@@ -8,7 +8,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from botocore.exceptions import ClientError
 
@@ -93,15 +93,7 @@ class RecordItems(DynamoTable):
                 ReturnValuesOnConditionCheckFailure='ALL_OLD',
             )
         except ClientError as exc:
-            if big.uploaded:
-                self.blobs.delete([big.uploaded])
-            if is_conditional_failure(exc):
-                current = cast('Mapping[str, Any] | None', exc.response.get('Item')) or self._get(target.pk, META)
-                if current and 'erased_at' in current:
-                    raise ErasedError(f'{record.key} was erased; late work is dropped') from exc
-                raise VersionConflictError(record.key, expected_version) from exc
-            with aws_errors():
-                raise
+            self._head_write_failed(exc, target, record.key, expected_version, big)
         old_ref = item_str(response.get('Attributes', {}), 'om_big_ref')
         if old_ref and old_ref != big.key:
             # Same generation, older version: no archive refers to it (put_generation never deletes).
@@ -149,18 +141,34 @@ class RecordItems(DynamoTable):
                 ReturnValuesOnConditionCheckFailure='ALL_OLD',
             )
         except ClientError as exc:
-            if big.uploaded:
-                self.blobs.delete([big.uploaded])
-            if is_conditional_failure(exc):
-                current = cast('Mapping[str, Any] | None', exc.response.get('Item')) or self._get(target.pk, META)
-                if current and 'erased_at' in current:
-                    self._delete_items([archive_key])
-                    raise ErasedError(f'{new.key} was erased; late work is dropped') from exc
-                raise VersionConflictError(new.key, expected_version) from exc
-            with aws_errors():
-                raise
+            # An erase that won the race takes the archive just written with it.
+            self._head_write_failed(exc, target, new.key, expected_version, big, erased_leftovers=[archive_key])
         self._remember_big(stored.key, stored.version, big)
         return stored
+
+    def _head_write_failed(
+        self,
+        exc: ClientError,
+        target: HeadTarget,
+        key: str,
+        expected_version: int | None,
+        big: BigFields,
+        *,
+        erased_leftovers: Sequence[Item] = (),
+    ) -> NoReturn:
+        """A conditional write of the head did not happen: drop the S3 document it uploaded, then say why — the key
+        was erased (`erased_leftovers` are deleted too), another writer won (`VersionConflictError`), or AWS failed."""
+        if big.uploaded:
+            self.blobs.delete([big.uploaded])
+        if is_conditional_failure(exc):
+            current = cast('Mapping[str, Any] | None', exc.response.get('Item')) or self._get(target.pk, META)
+            if current and 'erased_at' in current:
+                if erased_leftovers:
+                    self._delete_items(list(erased_leftovers))
+                raise ErasedError(f'{key} was erased; late work is dropped') from exc
+            raise VersionConflictError(key, expected_version) from exc
+        with aws_errors():
+            raise exc
 
     def list_generations(self, key: str, *, limit: int = 10, before: int | None = None) -> list[OMRecord]:
         """See `MemoryStore.list_generations`: the head, then a Query of the archives newest first."""

@@ -21,7 +21,26 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 
-class DynamoTable:
+class LazyDynamoDB:
+    """A DynamoDB client given, or made on first use (boto3 is imported then, not at a cold start's import) and kept
+    for warm invocations. Subclasses set `_ddb` (the given client or None) and `_lock`."""
+
+    _ddb: DynamoDBClient | None
+    _lock: threading.Lock
+
+    @property
+    def ddb(self) -> DynamoDBClient:
+        """The DynamoDB client."""
+        if self._ddb is None:
+            with self._lock:
+                if self._ddb is None:
+                    import boto3
+
+                    self._ddb = boto3.client('dynamodb')
+        return self._ddb
+
+
+class DynamoTable(LazyDynamoDB):
     """One memory table and its bucket; the arguments are `DynamoMemoryStore`'s (see there)."""
 
     def __init__(
@@ -50,17 +69,6 @@ class DynamoTable:
         self.tombstone_ttl = tombstone_ttl
         # (record key, version) -> (sha256 of om_big, its S3 key): lets a lease-only write reuse the stored document.
         self._big_refs: dict[tuple[str, int], tuple[str, str]] = {}
-
-    @property
-    def ddb(self) -> DynamoDBClient:
-        """The DynamoDB client (created lazily, then kept for warm invocations)."""
-        if self._ddb is None:
-            with self._lock:
-                if self._ddb is None:
-                    import boto3
-
-                    self._ddb = boto3.client('dynamodb')
-        return self._ddb
 
     def _get(self, pk: str, sk: str) -> Item | None:
         with aws_errors():

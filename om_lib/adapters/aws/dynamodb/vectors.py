@@ -25,6 +25,7 @@ from botocore.exceptions import ClientError
 from om_lib import vectors as vec
 from om_lib.adapters.aws.dynamodb import schema
 from om_lib.adapters.aws.dynamodb.batch import batch_write
+from om_lib.adapters.aws.dynamodb.table import LazyDynamoDB
 from om_lib.adapters.aws.errors import aws_errors, error_code
 from om_lib.ports import VectorEntry, VectorHit
 
@@ -54,24 +55,13 @@ def _thread_of(sk: str) -> str:
     return unquote(sk.split('#', 2)[1])
 
 
-class DynamoVectorIndex:
+class DynamoVectorIndex(LazyDynamoDB):
     """`VectorIndex` on the memory table (see the module docstring)."""
 
     def __init__(self, table_name: str, *, dynamodb_client: DynamoDBClient | None = None) -> None:
         self.table_name = table_name
         self._ddb = dynamodb_client
         self._lock = threading.Lock()
-
-    @property
-    def ddb(self) -> DynamoDBClient:
-        """The DynamoDB client (created lazily, then kept for warm invocations)."""
-        if self._ddb is None:
-            with self._lock:
-                if self._ddb is None:
-                    import boto3
-
-                    self._ddb = boto3.client('dynamodb')
-        return self._ddb
 
     # -- writing ------------------------------------------------------------------------------------------------
     def indexed_through(self, resource_id: str, thread_id: str, *, space: str) -> int:
